@@ -1,0 +1,66 @@
+# torch_tpu - build, test, run.  `make run` and `make test` set everything up.
+PY      := .venv/bin/python
+PIP     := .venv/bin/pip
+CC      ?= gcc
+CCACHE  := $(shell command -v ccache 2>/dev/null)
+RT_SRC  := $(wildcard runtime/src/*.c runtime/src/vtpu/*.c runtime/src/kernels/*.c runtime/src/ref/*.c)
+RT_HDR  := $(wildcard runtime/include/tpu/*.h runtime/include/tpu/*.def runtime/src/*.h runtime/src/*/*.h)
+CFLAGS_RT := -std=c11 -Wall -Wextra -Wno-unused-parameter -fPIC -pthread -Iruntime/include -Iruntime/src
+OPT     := -O2 -g
+SAN     := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+TSAN    := -O1 -g -fsanitize=thread
+C_TESTS := $(patsubst tests/c/%.c,%,$(wildcard tests/c/test_*.c))
+
+.PHONY: all setup build runtime ctest ctest-tsan pytest test run bench clean
+
+all: build
+
+# ---- set-up: virtualenv with torch 2.13.0 (the CPU wheel on disk) and our package ----
+.venv/.ready: pyproject.toml setup.py
+	test -x $(PY) || python3 -m venv .venv
+	$(PIP) install -q torch==2.13.0 numpy pytest "transformers>=5,<6" accelerate matplotlib
+	$(PIP) install -q --no-build-isolation --no-deps -e .
+	touch $@
+
+setup: .venv/.ready
+
+# ---- the C runtime (no torch, no Python) ----
+build/rt/%.o: runtime/src/%.c $(RT_HDR)
+	@mkdir -p $(dir $@)
+	$(CCACHE) $(CC) $(CFLAGS_RT) $(OPT) -c $< -o $@
+
+RT_OBJ := $(patsubst runtime/src/%.c,build/rt/%.o,$(RT_SRC))
+build/libtpurt.a: $(RT_OBJ)
+	ar rcs $@ $^
+
+runtime: build/libtpurt.a
+
+# ---- the C++ glue: torch_tpu/_C.so ----
+build: setup build/libtpurt.a
+	$(PY) setup.py -q build_ext --inplace
+
+# ---- C tests: ASan+UBSan for all, TSan for streams and allocator ----
+build/ctest/%: tests/c/%.c $(RT_SRC) $(RT_HDR) tests/c/test.h
+	@mkdir -p build/ctest
+	$(CCACHE) $(CC) $(CFLAGS_RT) $(SAN) $< $(RT_SRC) -lm -o $@
+
+build/ctest-tsan/%: tests/c/%.c $(RT_SRC) $(RT_HDR) tests/c/test.h
+	@mkdir -p build/ctest-tsan
+	$(CCACHE) $(CC) $(CFLAGS_RT) $(TSAN) $< $(RT_SRC) -lm -o $@
+
+ctest: $(addprefix build/ctest/,$(C_TESTS))
+	@set -e; for t in $(C_TESTS); do echo "== $$t (asan+ubsan)"; ./build/ctest/$$t; done
+
+ctest-tsan: build/ctest-tsan/test_runtime
+	@echo "== test_runtime (tsan)"; TSAN_OPTIONS=halt_on_error=1 ./build/ctest-tsan/test_runtime
+
+pytest: build
+	$(PY) -m pytest -q tests/python
+
+test: ctest ctest-tsan pytest
+
+run: build
+	$(PY) examples/train_mlp.py
+
+clean:
+	rm -rf build torch_tpu/_C*.so

@@ -1,0 +1,87 @@
+/* ops.h - tensor descriptors and kernel launch.
+ *
+ * A launch is one op from ops.def plus its argument block (operand
+ * descriptors and scalar parameters), copied into a command and run in order
+ * on a stream. Arguments are validated at launch (op arity, dtypes, ranks,
+ * every view inside its storage); data-dependent errors (an index out of
+ * range) are raised when the kernel runs and stick to the stream.
+ * Thread safety: tpu_launch is thread-safe. */
+#ifndef TPU_OPS_H
+#define TPU_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+#include "status.h"
+#include "stream.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TPU_MAX_DIMS 8
+#define TPU_MAX_OPERANDS 8
+
+typedef enum tpu_op {
+#define TPU_OP(e, name, fam, nout, nmin, nmax) TPU_OP_##e,
+#include "ops.def"
+#undef TPU_OP
+    TPU_OP_COUNT
+} tpu_op;
+
+typedef enum tpu_op_family {
+    TPU_FAM_EW, TPU_FAM_RED, TPU_FAM_SCAN, TPU_FAM_GEMM, TPU_FAM_SOFTMAX, TPU_FAM_LOSS,
+    TPU_FAM_NORM, TPU_FAM_INDEX, TPU_FAM_RANDOM, TPU_FAM_OPTIM, TPU_FAM_COUNT
+} tpu_op_family;
+
+/* Same order as c10::ScalarType's first entries is NOT assumed; the glue maps. */
+typedef enum tpu_dtype {
+    TPU_F32 = 0, TPU_F64, TPU_F16, TPU_BF16,
+    TPU_U8, TPU_I8, TPU_I16, TPU_I32, TPU_I64, TPU_BOOL,
+    TPU_DTYPE_COUNT
+} tpu_dtype;
+
+/* A view of device memory (or a host scalar). All fields are values; `base`
+ * is a borrowed device address of the whole storage. */
+typedef struct tpu_tensor {
+    void *base;                     /* storage start (device address); NULL if is_scalar */
+    size_t nbytes;                  /* storage size, for bounds checks */
+    int64_t offset;                 /* in elements */
+    int32_t dtype;                  /* tpu_dtype */
+    int32_t ndim;
+    int64_t sizes[TPU_MAX_DIMS];
+    int64_t strides[TPU_MAX_DIMS];  /* in elements; 0 = broadcast */
+    int32_t is_scalar;              /* host scalar: value in f (float dtypes) or i */
+    double f;
+    int64_t i;
+} tpu_tensor;
+
+typedef struct tpu_params {
+    double f[6];
+    int64_t i[6];
+    int32_t compute_dtype;          /* elementwise: dtype inputs are promoted to */
+} tpu_params;
+
+/* Run `op` on `stream` (NULL = current stream of the calling thread's device). */
+tpu_status tpu_launch(tpu_stream_t stream, tpu_op op, const tpu_tensor *operands, int n, const tpu_params *params);
+
+const char *tpu_op_name(tpu_op op);
+tpu_op_family tpu_op_family_of(tpu_op op);
+size_t tpu_dtype_size(tpu_dtype dt);
+const char *tpu_dtype_name(tpu_dtype dt);
+bool tpu_dtype_is_float(tpu_dtype dt);
+
+/* Host-side helpers for building descriptors. */
+void tpu_tensor_contiguous(tpu_tensor *t, void *base, tpu_dtype dt, int ndim, const int64_t *sizes);
+tpu_tensor tpu_tensor_scalar_f(double v, tpu_dtype dt);
+tpu_tensor tpu_tensor_scalar_i(int64_t v, tpu_dtype dt);
+int64_t tpu_tensor_numel(const tpu_tensor *t);
+
+/* Debug switch: when on, every launch waits for its kernel (Debug Eager). */
+void tpu_set_launch_blocking(bool on);
+bool tpu_get_launch_blocking(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,26 @@
+/* rng.h - Philox4x32-10 counter-based generator.
+ *
+ * Element i of a random op depends only on (seed, offset, i): the same
+ * numbers for every mode, thread count and tiling.
+ * Thread safety: pure functions. */
+#ifndef TPU_RNG_H
+#define TPU_RNG_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One Philox4x32-10 block: 4 outputs from a 128-bit counter and 64-bit key. */
+void tpu_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
+/* The 4 words for element group g: counter = (g lo, g hi, offset lo, offset hi), key = seed. */
+void tpu_philox_block(uint64_t seed, uint64_t offset, uint64_t g, uint32_t out[4]);
+/* Uniform float in [0, 1) from 24 bits / double from 53 bits. */
+float tpu_u32_to_unit_float(uint32_t x);
+double tpu_u64_to_unit_double(uint64_t x);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,173 @@
+/* dtype.c - op and dtype tables, element load/store, descriptor helpers. */
+#include "kernels/kernels-impl.h"
+#include "status-impl.h"
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+static const char *const op_names[] = {
+#define TPU_OP(e, name, fam, nout, nmin, nmax) name,
+#include "tpu/ops.def"
+#undef TPU_OP
+};
+static const tpu_op_family op_fams[] = {
+#define TPU_OP(e, name, fam, nout, nmin, nmax) TPU_FAM_##fam,
+#include "tpu/ops.def"
+#undef TPU_OP
+};
+_Static_assert(sizeof(op_names) / sizeof(op_names[0]) == TPU_OP_COUNT, "op name table");
+
+const tpu_op_info tpu_op_infos[TPU_OP_COUNT] = {
+#define TPU_OP(e, name, fam, nout, nmin, nmax) { nout, nmin, nmax },
+#include "tpu/ops.def"
+#undef TPU_OP
+};
+
+const char *tpu_op_name(tpu_op op) { return (unsigned)op < TPU_OP_COUNT ? op_names[op] : "?"; }
+tpu_op_family tpu_op_family_of(tpu_op op) { return (unsigned)op < TPU_OP_COUNT ? op_fams[op] : TPU_FAM_COUNT; }
+
+static const size_t dt_size[TPU_DTYPE_COUNT] = { 4, 8, 2, 2, 1, 1, 2, 4, 8, 1 };
+static const char *const dt_name[TPU_DTYPE_COUNT] = {
+    "float32", "float64", "float16", "bfloat16", "uint8", "int8", "int16", "int32", "int64", "bool" };
+_Static_assert(TPU_DTYPE_COUNT == 10, "dtype tables");
+
+size_t tpu_dtype_size(tpu_dtype dt) { return (unsigned)dt < TPU_DTYPE_COUNT ? dt_size[dt] : 0; }
+const char *tpu_dtype_name(tpu_dtype dt) { return (unsigned)dt < TPU_DTYPE_COUNT ? dt_name[dt] : "?"; }
+bool tpu_dtype_is_float(tpu_dtype dt) { return dt <= TPU_BF16; }
+
+double tpu_load_f64(const void *p, tpu_dtype dt) {
+    switch (dt) {
+    case TPU_F32: return *(const float *)p;
+    case TPU_F64: return *(const double *)p;
+    case TPU_F16: return tpu_f16_to_f32(*(const uint16_t *)p);
+    case TPU_BF16: return tpu_bf16_to_f32(*(const uint16_t *)p);
+    case TPU_U8: return *(const uint8_t *)p;
+    case TPU_I8: return *(const int8_t *)p;
+    case TPU_I16: return *(const int16_t *)p;
+    case TPU_I32: return *(const int32_t *)p;
+    case TPU_I64: return (double)*(const int64_t *)p;
+    case TPU_BOOL: return *(const uint8_t *)p != 0;
+    default: return 0;
+    }
+}
+
+int64_t tpu_load_i64(const void *p, tpu_dtype dt) {
+    switch (dt) {
+    case TPU_F32: return (int64_t)*(const float *)p;
+    case TPU_F64: return (int64_t)*(const double *)p;
+    case TPU_F16: return (int64_t)tpu_f16_to_f32(*(const uint16_t *)p);
+    case TPU_BF16: return (int64_t)tpu_bf16_to_f32(*(const uint16_t *)p);
+    case TPU_U8: return *(const uint8_t *)p;
+    case TPU_I8: return *(const int8_t *)p;
+    case TPU_I16: return *(const int16_t *)p;
+    case TPU_I32: return *(const int32_t *)p;
+    case TPU_I64: return *(const int64_t *)p;
+    case TPU_BOOL: return *(const uint8_t *)p != 0;
+    default: return 0;
+    }
+}
+
+void tpu_store_f64(void *p, tpu_dtype dt, double v) {
+    switch (dt) {
+    case TPU_F32: *(float *)p = (float)v; break;
+    case TPU_F64: *(double *)p = v; break;
+    case TPU_F16: *(uint16_t *)p = tpu_f32_to_f16((float)v); break;
+    case TPU_BF16: *(uint16_t *)p = tpu_f32_to_bf16((float)v); break;
+    case TPU_U8: *(uint8_t *)p = (uint8_t)(int64_t)v; break;
+    case TPU_I8: *(int8_t *)p = (int8_t)(int64_t)v; break;
+    case TPU_I16: *(int16_t *)p = (int16_t)(int64_t)v; break;
+    case TPU_I32: *(int32_t *)p = (int32_t)(int64_t)v; break;
+    case TPU_I64: *(int64_t *)p = (int64_t)v; break;
+    case TPU_BOOL: *(uint8_t *)p = v != 0; break;
+    default: break;
+    }
+}
+
+void tpu_store_i64(void *p, tpu_dtype dt, int64_t v) {
+    switch (dt) {
+    case TPU_F32: *(float *)p = (float)v; break;
+    case TPU_F64: *(double *)p = (double)v; break;
+    case TPU_F16: *(uint16_t *)p = tpu_f32_to_f16((float)v); break;
+    case TPU_BF16: *(uint16_t *)p = tpu_f32_to_bf16((float)v); break;
+    case TPU_U8: *(uint8_t *)p = (uint8_t)v; break;
+    case TPU_I8: *(int8_t *)p = (int8_t)v; break;
+    case TPU_I16: *(int16_t *)p = (int16_t)v; break;
+    case TPU_I32: *(int32_t *)p = (int32_t)v; break;
+    case TPU_I64: *(int64_t *)p = v; break;
+    case TPU_BOOL: *(uint8_t *)p = v != 0; break;
+    default: break;
+    }
+}
+
+tpu_status tpu_kernel_fail(tpu_kargs *a, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(a->err, sizeof a->err, fmt, ap);
+    va_end(ap);
+    return TPU_ERROR_KERNEL;
+}
+
+void tpu_tensor_contiguous(tpu_tensor *t, void *base, tpu_dtype dt, int ndim, const int64_t *sizes) {
+    memset(t, 0, sizeof *t);
+    t->base = base;
+    t->dtype = dt;
+    t->ndim = ndim;
+    int64_t st = 1;
+    for (int d = ndim - 1; d >= 0; d--) {
+        t->sizes[d] = sizes[d];
+        t->strides[d] = st;
+        st *= sizes[d] > 1 ? sizes[d] : 1;
+    }
+    t->nbytes = (size_t)tpu_tensor_numel(t) * tpu_dtype_size(dt);
+}
+
+tpu_tensor tpu_tensor_scalar_f(double v, tpu_dtype dt) {
+    tpu_tensor t; memset(&t, 0, sizeof t);
+    t.is_scalar = 1; t.dtype = dt; t.f = v; t.i = (int64_t)v;
+    return t;
+}
+
+tpu_tensor tpu_tensor_scalar_i(int64_t v, tpu_dtype dt) {
+    tpu_tensor t; memset(&t, 0, sizeof t);
+    t.is_scalar = 1; t.dtype = dt; t.i = v; t.f = (double)v;
+    return t;
+}
+
+int64_t tpu_tensor_numel(const tpu_tensor *t) {
+    if (t->is_scalar) return 1;
+    int64_t n = 1;
+    for (int d = 0; d < t->ndim; d++) n *= t->sizes[d];
+    return n;
+}
+
+tpu_status tpu_ref_run(tpu_kargs *a) {
+    switch (tpu_op_family_of(a->op)) {
+    case TPU_FAM_EW: return tpu_ref_ew(a);
+    case TPU_FAM_RED: return tpu_ref_red(a);
+    case TPU_FAM_SCAN: return tpu_ref_scan(a);
+    case TPU_FAM_GEMM: return tpu_ref_gemm(a);
+    case TPU_FAM_SOFTMAX: return tpu_ref_softmax(a);
+    case TPU_FAM_LOSS: return tpu_ref_loss(a);
+    case TPU_FAM_NORM: return tpu_ref_norm(a);
+    case TPU_FAM_INDEX: return tpu_ref_index(a);
+    case TPU_FAM_RANDOM: return tpu_ref_random(a);
+    case TPU_FAM_OPTIM: return tpu_ref_optim(a);
+    default: return tpu_kernel_fail(a, "%s: unknown op family", tpu_op_name(a->op));
+    }
+}
+
+tpu_status tpu_kernel_run(tpu_kargs *a) {
+    switch (tpu_op_family_of(a->op)) {
+    case TPU_FAM_EW: return tpu_k_elementwise(a);
+    case TPU_FAM_RED: return tpu_k_reduce(a);
+    case TPU_FAM_SCAN: return tpu_k_scan(a);
+    case TPU_FAM_GEMM: return tpu_k_gemm(a);
+    case TPU_FAM_SOFTMAX: return tpu_k_softmax(a);
+    case TPU_FAM_LOSS: return tpu_k_loss(a);
+    case TPU_FAM_NORM: return tpu_k_norm(a);
+    case TPU_FAM_INDEX: return tpu_k_index(a);
+    case TPU_FAM_RANDOM: return tpu_k_random(a);
+    case TPU_FAM_OPTIM: return tpu_k_optim(a);
+    default: return tpu_kernel_fail(a, "%s: unknown op family", tpu_op_name(a->op));
+    }
+}

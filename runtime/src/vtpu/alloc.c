@@ -1,0 +1,374 @@
+/* alloc.c - the per-chip caching allocator.
+ *
+ * DESIGN
+ * Two levels. The arena level hands out address ranges of the chip's memory
+ * (first fit over a sorted, coalescing list of free ranges). The cache level
+ * sits on top, the way PyTorch's CUDA allocator does: a freed block is not
+ * returned to the arena but kept in a free list keyed by its rounded size
+ * ("bin"), and handed out again for a request of the same bin.
+ *
+ * Reuse is stream-ordered. A block freed while work queued on its stream may
+ * still read it is only reused by that same stream (whose queue order makes
+ * it safe), or by another stream once the freeing stream has completed the
+ * sequence number recorded at free time. tpu_mem_record_stream adds streams
+ * whose completion must also be awaited.
+ *
+ * When the arena cannot satisfy a request, every cached block whose pending
+ * work has completed is returned to the arena (pages released with
+ * MADV_DONTNEED) and the request retried once; then TPU_ERROR_OUT_OF_MEMORY,
+ * never an abort. "reserved" = bytes taken from the arena (live + cached).
+ */
+#define _GNU_SOURCE
+#include "vtpu-impl.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#define NBUCKETS 4096
+#define MAX_USES 4
+
+typedef struct block {
+    uintptr_t off;          /* offset in the arena */
+    size_t size;            /* rounded size (bin) */
+    size_t requested;
+    bool live;
+    tpu_stream_t stream;    /* allocation stream */
+    int nuses;              /* extra streams + the seq each must reach before reuse */
+    tpu_stream_t use_stream[MAX_USES];
+    uint64_t use_seq[MAX_USES];
+    uint64_t free_seq;      /* seq of `stream` at free time */
+    struct block *hnext;    /* address hash chain */
+    struct block *fnext;    /* free list chain */
+} block;
+
+typedef struct range { uintptr_t off; size_t size; } range;
+
+struct tpu_alloc {
+    tpu_chip *chip;
+    pthread_mutex_t mu;
+    block *by_addr[NBUCKETS];
+    block *free_bins[NBUCKETS];   /* hash of bin size -> chain of cached blocks */
+    range *ranges;                /* free arena ranges, sorted by offset */
+    size_t nranges, cap_ranges;
+    tpu_mem_stats st;
+};
+
+static tpu_alloc_hook_fn alloc_hook;
+static void *alloc_hook_user;
+
+void tpu_mem_set_alloc_hook(tpu_alloc_hook_fn fn, void *user) {
+    alloc_hook = fn;
+    alloc_hook_user = user;
+}
+
+struct tpu_alloc *tpu_alloc_create(tpu_chip *chip) {
+    struct tpu_alloc *a = calloc(1, sizeof *a);
+    if (!a) return NULL;
+    a->chip = chip;
+    pthread_mutex_init(&a->mu, NULL);
+    a->cap_ranges = 64;
+    a->ranges = malloc(a->cap_ranges * sizeof *a->ranges);
+    if (!a->ranges) { free(a); return NULL; }
+    a->ranges[0] = (range){ 0, chip->capacity };
+    a->nranges = 1;
+    a->st.capacity = chip->capacity;
+    return a;
+}
+
+/* Round a request to its bin: 512 B steps up to 1 MiB, then 8 steps per power of two. */
+static size_t round_size(size_t n) {
+    if (n < 512) return 512;
+    if (n <= ((size_t)1 << 20)) return (n + 511) & ~(size_t)511;
+    int lg = 63 - __builtin_clzll((unsigned long long)n);
+    size_t step = ((size_t)1 << lg) / 8;
+    return (n + step - 1) / step * step;
+}
+
+static unsigned hash_ptr(uintptr_t x) { return (unsigned)((x >> 9) * 2654435761u) % NBUCKETS; }
+static unsigned hash_size(size_t x) { return (unsigned)((x >> 9) * 40503u) % NBUCKETS; }
+
+/* --- arena level --- */
+
+static bool arena_take(struct tpu_alloc *a, size_t size, uintptr_t *off) {
+    for (size_t i = 0; i < a->nranges; i++) {
+        range *r = &a->ranges[i];
+        if (r->size < size) continue;
+        *off = r->off;
+        r->off += size;
+        r->size -= size;
+        if (r->size == 0) {
+            memmove(r, r + 1, (a->nranges - i - 1) * sizeof *r);
+            a->nranges--;
+        }
+        return true;
+    }
+    return false;
+}
+
+static bool arena_give(struct tpu_alloc *a, uintptr_t off, size_t size) {
+    size_t i = 0;
+    while (i < a->nranges && a->ranges[i].off < off) i++;
+    bool merge_prev = i > 0 && a->ranges[i - 1].off + a->ranges[i - 1].size == off;
+    bool merge_next = i < a->nranges && off + size == a->ranges[i].off;
+    /* Release the physical pages: device memory that is not reserved costs no RAM. */
+    madvise(a->chip->arena + off, size, MADV_DONTNEED);
+    if (merge_prev && merge_next) {
+        a->ranges[i - 1].size += size + a->ranges[i].size;
+        memmove(&a->ranges[i], &a->ranges[i + 1], (a->nranges - i - 1) * sizeof(range));
+        a->nranges--;
+    } else if (merge_prev) {
+        a->ranges[i - 1].size += size;
+    } else if (merge_next) {
+        a->ranges[i].off = off;
+        a->ranges[i].size += size;
+    } else {
+        if (a->nranges == a->cap_ranges) {
+            range *nr = realloc(a->ranges, a->cap_ranges * 2 * sizeof(range));
+            if (!nr) return false;
+            a->ranges = nr;
+            a->cap_ranges *= 2;
+        }
+        memmove(&a->ranges[i + 1], &a->ranges[i], (a->nranges - i) * sizeof(range));
+        a->ranges[i] = (range){ off, size };
+        a->nranges++;
+    }
+    return true;
+}
+
+/* --- cache level --- */
+
+static bool block_ready_for(const block *b, tpu_stream_t s) {
+    if (b->stream != s && tpu_stream_completed(b->stream) < b->free_seq) return false;
+    for (int k = 0; k < b->nuses; k++)
+        if (b->use_stream[k] != s && tpu_stream_completed(b->use_stream[k]) < b->use_seq[k]) return false;
+    return true;
+}
+
+static block *cache_take(struct tpu_alloc *a, size_t size, tpu_stream_t s) {
+    block **pp = &a->free_bins[hash_size(size)];
+    for (; *pp; pp = &(*pp)->fnext) {
+        block *b = *pp;
+        if (b->size == size && block_ready_for(b, s)) {
+            *pp = b->fnext;
+            b->fnext = NULL;
+            return b;
+        }
+    }
+    return NULL;
+}
+
+static void unlink_addr(struct tpu_alloc *a, block *b) {
+    block **pp = &a->by_addr[hash_ptr(b->off)];
+    while (*pp && *pp != b) pp = &(*pp)->hnext;
+    if (*pp) *pp = b->hnext;
+}
+
+/* Return cached blocks to the arena; with `wait`, blocks with pending work too
+ * (the caller has synchronized the device). */
+static void cache_flush(struct tpu_alloc *a, bool all) {
+    for (int h = 0; h < NBUCKETS; h++) {
+        block **pp = &a->free_bins[h];
+        while (*pp) {
+            block *b = *pp;
+            if (!all && !block_ready_for(b, NULL)) { pp = &b->fnext; continue; }
+            *pp = b->fnext;
+            unlink_addr(a, b);
+            arena_give(a, b->off, b->size);
+            a->st.reserved -= b->size;
+            free(b);
+        }
+    }
+}
+
+static uintptr_t devaddr(tpu_chip *c, uintptr_t off) {
+    return ((uintptr_t)(c->index + 1) << TPU_DEVADDR_SHIFT) + off;
+}
+
+static void fmt_bytes(char *buf, size_t n, size_t bytes) {
+    if (bytes >= ((size_t)1 << 30)) snprintf(buf, n, "%.2f GiB", bytes / 1073741824.0);
+    else if (bytes >= ((size_t)1 << 20)) snprintf(buf, n, "%.2f MiB", bytes / 1048576.0);
+    else snprintf(buf, n, "%zu bytes", bytes);
+}
+
+tpu_status tpu_malloc(int dev, size_t bytes, tpu_stream_t stream, void **out) {
+    tpu_chip *c;
+    tpu_status s = tpu_chip_get(dev, &c);
+    if (s) return s;
+    *out = NULL;
+    if (bytes == 0) return TPU_OK;
+    if (!stream) stream = tpu_stream_current(dev);
+    struct tpu_alloc *a = c->alloc;
+    if (bytes > c->capacity) goto oom_unlocked;
+    size_t size = round_size(bytes);
+    if (alloc_hook && !alloc_hook(dev, bytes, alloc_hook_user)) goto oom_unlocked;
+    pthread_mutex_lock(&a->mu);
+    block *b = cache_take(a, size, stream);
+    if (!b) {
+        uintptr_t off = 0;
+        bool got = arena_take(a, size, &off);
+        if (!got) {
+            /* One cache flush, as on hardware: pending blocks need the device idle. */
+            pthread_mutex_unlock(&a->mu);
+            tpu_device_synchronize_all(dev);
+            pthread_mutex_lock(&a->mu);
+            a->st.num_cache_flushes++;
+            cache_flush(a, false);
+            got = arena_take(a, size, &off);
+        }
+        if (!got) { pthread_mutex_unlock(&a->mu); goto oom_unlocked; }
+        b = calloc(1, sizeof *b);
+        if (!b) { arena_give(a, off, size); pthread_mutex_unlock(&a->mu); goto oom_unlocked; }
+        b->off = off;
+        b->size = size;
+        unsigned h = hash_ptr(off);
+        b->hnext = a->by_addr[h];
+        a->by_addr[h] = b;
+        a->st.reserved += size;
+        if (a->st.reserved > a->st.peak_reserved) a->st.peak_reserved = a->st.reserved;
+    }
+    b->live = true;
+    b->requested = bytes;
+    b->stream = stream;
+    b->nuses = 0;
+    a->st.allocated += size;
+    a->st.num_allocs++;
+    if (a->st.allocated > a->st.peak_allocated) a->st.peak_allocated = a->st.allocated;
+    pthread_mutex_unlock(&a->mu);
+    *out = (void *)devaddr(c, b->off);
+    return TPU_OK;
+
+oom_unlocked: {
+        pthread_mutex_lock(&a->mu);
+        a->st.num_ooms++;
+        size_t alloc = a->st.allocated, res = a->st.reserved;
+        pthread_mutex_unlock(&a->mu);
+        char req[32], cap[32], fr[32], al[32], rs[32];
+        fmt_bytes(req, sizeof req, bytes);
+        fmt_bytes(cap, sizeof cap, c->capacity);
+        fmt_bytes(fr, sizeof fr, c->capacity - res);
+        fmt_bytes(al, sizeof al, alloc);
+        fmt_bytes(rs, sizeof rs, res);
+        return tpu_set_error(TPU_ERROR_OUT_OF_MEMORY,
+            "TPU out of memory. Tried to allocate %s (%zu bytes). tpu:%d has a total capacity of %s "
+            "(%zu bytes) of which %s is free. Of the allocated memory %s is allocated by the "
+            "caching allocator and %s is reserved.", req, bytes, dev, cap, c->capacity, fr, al, rs);
+    }
+}
+
+static block *find_block(struct tpu_alloc *a, uintptr_t off) {
+    for (block *b = a->by_addr[hash_ptr(off)]; b; b = b->hnext)
+        if (b->off == off) return b;
+    return NULL;
+}
+
+static tpu_status lookup(const void *devptr, tpu_chip **c, struct tpu_alloc **a, uintptr_t *off) {
+    int dev = tpu_mem_device_of(devptr);
+    if (dev < 0) return tpu_set_error(TPU_ERROR_INVALID_VALUE, "%p is not a tpu device address", devptr);
+    tpu_status s = tpu_chip_get(dev, c);
+    if (s) return s;
+    *a = (*c)->alloc;
+    *off = (uintptr_t)devptr & (((uintptr_t)1 << TPU_DEVADDR_SHIFT) - 1);
+    return TPU_OK;
+}
+
+tpu_status tpu_free(void *devptr) {
+    if (!devptr) return TPU_OK;
+    if (tpu_is_forked_child()) return TPU_OK;   /* parent's memory: nothing to do */
+    tpu_chip *c = NULL; struct tpu_alloc *a = NULL; uintptr_t off = 0;
+    tpu_status s = lookup(devptr, &c, &a, &off);
+    if (s) return s;
+    pthread_mutex_lock(&a->mu);
+    block *b = find_block(a, off);
+    if (!b || !b->live) {
+        pthread_mutex_unlock(&a->mu);
+        return tpu_set_error(TPU_ERROR_INVALID_VALUE, "tpu_free: %p is not a live allocation", devptr);
+    }
+    b->live = false;
+    b->free_seq = tpu_stream_enqueued(b->stream);
+    for (int k = 0; k < b->nuses; k++) b->use_seq[k] = tpu_stream_enqueued(b->use_stream[k]);
+    a->st.allocated -= b->size;
+    a->st.num_frees++;
+    unsigned h = hash_size(b->size);
+    b->fnext = a->free_bins[h];
+    a->free_bins[h] = b;
+    pthread_mutex_unlock(&a->mu);
+    return TPU_OK;
+}
+
+tpu_status tpu_mem_record_stream(void *devptr, tpu_stream_t stream) {
+    tpu_chip *c = NULL; struct tpu_alloc *a = NULL; uintptr_t off = 0;
+    tpu_status s = lookup(devptr, &c, &a, &off);
+    if (s) return s;
+    pthread_mutex_lock(&a->mu);
+    block *b = find_block(a, off);
+    bool overflow = false;
+    if (b && b->live && stream != b->stream) {
+        int k = 0;
+        while (k < b->nuses && b->use_stream[k] != stream) k++;
+        if (k == b->nuses) {
+            if (k < MAX_USES) { b->use_stream[k] = stream; b->nuses++; }
+            else overflow = true;
+        }
+    }
+    pthread_mutex_unlock(&a->mu);
+    /* Too many streams to track: fall back to waiting for this one now. */
+    if (overflow) return tpu_stream_synchronize(stream);
+    return b ? TPU_OK : tpu_set_error(TPU_ERROR_INVALID_VALUE, "%p is not a live allocation", devptr);
+}
+
+tpu_status tpu_mem_get_stats(int dev, tpu_mem_stats *out) {
+    tpu_chip *c;
+    tpu_status s = tpu_chip_get(dev, &c);
+    if (s) return s;
+    pthread_mutex_lock(&c->alloc->mu);
+    *out = c->alloc->st;
+    pthread_mutex_unlock(&c->alloc->mu);
+    return TPU_OK;
+}
+
+tpu_status tpu_mem_reset_peak(int dev) {
+    tpu_chip *c;
+    tpu_status s = tpu_chip_get(dev, &c);
+    if (s) return s;
+    pthread_mutex_lock(&c->alloc->mu);
+    c->alloc->st.peak_allocated = c->alloc->st.allocated;
+    c->alloc->st.peak_reserved = c->alloc->st.reserved;
+    pthread_mutex_unlock(&c->alloc->mu);
+    return TPU_OK;
+}
+
+tpu_status tpu_mem_empty_cache(int dev) {
+    tpu_chip *c;
+    tpu_status s = tpu_chip_get(dev, &c);
+    if (s) return s;
+    tpu_device_synchronize_all(dev);
+    pthread_mutex_lock(&c->alloc->mu);
+    cache_flush(c->alloc, true);
+    pthread_mutex_unlock(&c->alloc->mu);
+    return TPU_OK;
+}
+
+tpu_status tpu_mem_get_info(int dev, size_t *free_bytes, size_t *total_bytes) {
+    tpu_mem_stats st;
+    tpu_status s = tpu_mem_get_stats(dev, &st);
+    if (s) return s;
+    *free_bytes = st.capacity - st.reserved;
+    *total_bytes = st.capacity;
+    return TPU_OK;
+}
+
+/* A destroyed stream has run all its work: blocks that wait on it no longer need to. */
+void tpu_alloc_forget_stream(int dev, tpu_stream_t s) {
+    tpu_chip *c;
+    if (tpu_chip_get(dev, &c)) return;
+    struct tpu_alloc *a = c->alloc;
+    pthread_mutex_lock(&a->mu);
+    for (int h = 0; h < NBUCKETS; h++)
+        for (block *b = a->by_addr[h]; b; b = b->hnext) {
+            if (b->stream == s) b->stream = NULL;
+            for (int k = 0; k < b->nuses; k++)
+                if (b->use_stream[k] == s) b->use_stream[k] = NULL;
+        }
+    pthread_mutex_unlock(&a->mu);
+}

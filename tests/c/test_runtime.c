@@ -1,0 +1,444 @@
+#define _GNU_SOURCE
+/* test_runtime.c - the vTPU runtime: devices, allocator, streams, events,
+ * copies, launch validation, asynchronous errors, Philox, and the matrix
+ * unit and random kernels against their references. Run under ASan+UBSan,
+ * and under TSan for the thread-heavy parts. */
+#include "tpu/tpu.h"
+#include "kernels/kernels-impl.h"
+#include "test.h"
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <unistd.h>
+
+#define HBM (64u << 20)   /* set before first use: 64 MiB chips */
+
+static float *dev_to_host_f32(void *d, size_t n) {
+    float *h = malloc(n * sizeof(float));
+    CHECK_OK(tpu_memcpy(h, d, n * sizeof(float), TPU_COPY_D2H, NULL));
+    return h;
+}
+
+static void fill_f32(void *d, int64_t n, double v, tpu_stream_t s) {
+    tpu_tensor t[2];
+    tpu_tensor_contiguous(&t[0], d, TPU_F32, 1, &n);
+    t[1] = tpu_tensor_scalar_f(v, TPU_F32);
+    tpu_params p = { .compute_dtype = TPU_F32 };
+    CHECK_OK(tpu_launch(s, TPU_OP_FILL, t, 2, &p));
+}
+
+static void test_devices(void) {
+    CHECK(tpu_device_count() == 2);
+    tpu_device_props p;
+    CHECK_OK(tpu_device_get_props(0, &p));
+    CHECK(p.hbm_bytes == HBM);
+    CHECK(strstr(p.name, "vTPU") != NULL);
+    CHECK(tpu_device_get_props(2, &p) == TPU_ERROR_INVALID_DEVICE);
+    CHECK(strstr(tpu_last_error(), "2 tpu devices") != NULL);
+    CHECK(tpu_device_set(5) == TPU_ERROR_INVALID_DEVICE);
+    CHECK_OK(tpu_device_set(1));
+    CHECK(tpu_device_current() == 1);
+    CHECK_OK(tpu_device_set(0));
+}
+
+static void test_alloc_reuse_and_stats(void) {
+    tpu_mem_stats st0, st;
+    CHECK_OK(tpu_mem_get_stats(0, &st0));
+    void *a, *b;
+    CHECK_OK(tpu_malloc(0, 1000, NULL, &a));
+    CHECK(a != NULL && tpu_mem_device_of(a) == 0);
+    CHECK_OK(tpu_mem_get_stats(0, &st));
+    CHECK(st.allocated == st0.allocated + 1024);
+    CHECK_OK(tpu_free(a));
+    CHECK_OK(tpu_malloc(0, 900, NULL, &b));       /* same bin, same stream: reused */
+    CHECK(a == b);
+    CHECK_OK(tpu_free(b));
+    CHECK_OK(tpu_mem_get_stats(0, &st));
+    CHECK(st.allocated == st0.allocated);
+    CHECK(st.reserved >= 1024);
+    CHECK(st.peak_allocated >= st0.allocated + 1024);
+    CHECK_OK(tpu_mem_reset_peak(0));
+    CHECK_OK(tpu_mem_get_stats(0, &st));
+    CHECK(st.peak_allocated == st.allocated);
+    CHECK_OK(tpu_mem_empty_cache(0));
+    CHECK_OK(tpu_mem_get_stats(0, &st));
+    CHECK(st.reserved == st.allocated);
+    void *z;
+    CHECK_OK(tpu_malloc(0, 0, NULL, &z));
+    CHECK(z == NULL);
+    CHECK_OK(tpu_free(NULL));
+    CHECK(tpu_free((void *)0x1234) == TPU_ERROR_INVALID_VALUE);
+}
+
+static void test_oom(void) {
+    tpu_mem_stats st0, st;
+    CHECK_OK(tpu_mem_get_stats(0, &st0));
+    void *p;
+    CHECK(tpu_malloc(0, (size_t)HBM + 1, NULL, &p) == TPU_ERROR_OUT_OF_MEMORY);
+    CHECK(strstr(tpu_last_error(), "Tried to allocate") != NULL);
+    CHECK(strstr(tpu_last_error(), "out of memory") != NULL);
+    CHECK(tpu_malloc(0, SIZE_MAX, NULL, &p) == TPU_ERROR_OUT_OF_MEMORY);
+    /* Fill the chip with cached blocks, then ask for a big one: one flush makes room. */
+    void *blk[6];
+    for (int i = 0; i < 6; i++) CHECK_OK(tpu_malloc(0, 8u << 20, NULL, &blk[i]));
+    for (int i = 0; i < 6; i++) CHECK_OK(tpu_free(blk[i]));
+    CHECK_OK(tpu_malloc(0, 40u << 20, NULL, &p));
+    CHECK_OK(tpu_mem_get_stats(0, &st));
+    CHECK(st.num_cache_flushes > st0.num_cache_flushes);
+    CHECK(st.num_ooms == st0.num_ooms + 2);
+    CHECK_OK(tpu_free(p));
+    CHECK_OK(tpu_malloc(0, 1024, NULL, &p));      /* device keeps working */
+    CHECK_OK(tpu_free(p));
+}
+
+static int hook_calls;
+static bool fail_hook(int dev, size_t bytes, void *user) { (void)dev; (void)bytes; (void)user; hook_calls++; return false; }
+
+static void test_fault_injection(void) {
+    tpu_mem_set_alloc_hook(fail_hook, NULL);
+    void *p;
+    CHECK(tpu_malloc(0, 4096, NULL, &p) == TPU_ERROR_OUT_OF_MEMORY);
+    CHECK(hook_calls == 1);
+    tpu_mem_set_alloc_hook(NULL, NULL);
+    CHECK_OK(tpu_malloc(0, 4096, NULL, &p));
+    CHECK_OK(tpu_free(p));
+}
+
+static void test_copies_and_fill(void) {
+    int64_t n = 1001;
+    void *d;
+    CHECK_OK(tpu_malloc(0, n * 4, NULL, &d));
+    float *h = malloc(n * 4);
+    for (int64_t i = 0; i < n; i++) h[i] = (float)i;
+    CHECK_OK(tpu_memcpy(d, h, n * 4, TPU_COPY_H2D, NULL));
+    void *d2;
+    CHECK_OK(tpu_malloc(0, n * 4, NULL, &d2));
+    CHECK_OK(tpu_memcpy_async(d2, d, n * 4, TPU_COPY_D2D, NULL));
+    float *r = dev_to_host_f32(d2, n);
+    int bad = 0;
+    for (int64_t i = 0; i < n; i++) bad += r[i] != (float)i;
+    CHECK(bad == 0);
+    fill_f32(d2, n, 2.5, NULL);
+    free(r);
+    r = dev_to_host_f32(d2, n);
+    CHECK(r[0] == 2.5f && r[n - 1] == 2.5f);
+    /* Pinned memory, asynchronous round trip. */
+    float *pin;
+    CHECK_OK(tpu_host_alloc(n * 4, (void **)&pin));
+    CHECK(tpu_host_is_pinned(pin) && !tpu_host_is_pinned(h));
+    CHECK_OK(tpu_memcpy_async(pin, d, n * 4, TPU_COPY_D2H, NULL));
+    CHECK_OK(tpu_stream_synchronize(tpu_stream_current(0)));
+    CHECK(pin[7] == 7.0f);
+    CHECK_OK(tpu_host_free(pin));
+    /* A copy that runs past device memory is refused. */
+    CHECK(tpu_memcpy(h, (char *)d + HBM, 8, TPU_COPY_D2H, NULL) != TPU_OK);
+    CHECK(tpu_memcpy(h, h, 8, TPU_COPY_D2H, NULL) == TPU_ERROR_INVALID_VALUE);
+    free(h); free(r);
+    CHECK_OK(tpu_free(d)); CHECK_OK(tpu_free(d2));
+}
+
+/* Commands on one stream run in order: a chain of adds gives an exact count. */
+static void test_stream_order(void) {
+    int64_t n = 4096;
+    void *d;
+    CHECK_OK(tpu_malloc(0, n * 4, NULL, &d));
+    fill_f32(d, n, 0, NULL);
+    tpu_tensor t[3];
+    tpu_tensor_contiguous(&t[0], d, TPU_F32, 1, &n);
+    t[1] = t[0];
+    t[2] = tpu_tensor_scalar_f(1.0, TPU_F32);
+    tpu_params p = { .f = { 1.0 }, .compute_dtype = TPU_F32 };
+    for (int i = 0; i < 200; i++) CHECK_OK(tpu_launch(NULL, TPU_OP_ADD, t, 3, &p));
+    float *r = dev_to_host_f32(d, n);
+    CHECK_MSG(r[0] == 200.0f && r[n - 1] == 200.0f, "got %f", r[0]);
+    free(r);
+    CHECK_OK(tpu_free(d));
+}
+
+static _Atomic int flag;
+static void slow_cb(void *u) { (void)u; usleep(20000); atomic_store(&flag, 1); }
+static void check_cb(void *u) { *(int *)u = atomic_load(&flag); }
+
+static void test_events(void) {
+    tpu_stream_t s1, s2;
+    CHECK_OK(tpu_stream_create(0, 0, &s1));
+    CHECK_OK(tpu_stream_create(0, 0, &s2));
+    CHECK(tpu_stream_id(s1) != tpu_stream_id(s2) && tpu_stream_id(tpu_stream_default(0)) == 0);
+    tpu_event_t e0, e1, e;
+    CHECK_OK(tpu_event_create(true, &e0));
+    CHECK_OK(tpu_event_create(true, &e1));
+    CHECK_OK(tpu_event_create(false, &e));
+    CHECK_OK(tpu_event_query(e));                 /* never recorded: complete */
+    CHECK_OK(tpu_event_record(e0, s1));
+    atomic_store(&flag, 0);
+    CHECK_OK(tpu_stream_add_callback(s1, slow_cb, NULL));
+    CHECK_OK(tpu_event_record(e1, s1));
+    CHECK_OK(tpu_event_record(e, s1));
+    CHECK(tpu_event_query(e1) == TPU_ERROR_NOT_READY);
+    CHECK(tpu_stream_query(s1) == TPU_ERROR_NOT_READY);
+    /* s2 waits for s1's event: its callback sees the flag set. */
+    int seen = -1;
+    CHECK_OK(tpu_stream_wait_event(s2, e));
+    CHECK_OK(tpu_stream_add_callback(s2, check_cb, &seen));
+    CHECK_OK(tpu_stream_synchronize(s2));
+    CHECK(seen == 1);
+    CHECK_OK(tpu_event_synchronize(e1));
+    float ms = -1;
+    CHECK_OK(tpu_event_elapsed_ms(e0, e1, &ms));
+    CHECK_MSG(ms >= 15.0f && ms < 2000.0f, "elapsed %f", ms);
+    CHECK(tpu_event_elapsed_ms(e0, e, &ms) == TPU_ERROR_INVALID_VALUE);  /* e has no timing */
+    CHECK_OK(tpu_stream_query(s1));
+    tpu_event_destroy(e0); tpu_event_destroy(e1); tpu_event_destroy(e);
+    CHECK_OK(tpu_stream_destroy(s1));
+    CHECK_OK(tpu_stream_destroy(s2));
+    CHECK(tpu_stream_destroy(tpu_stream_default(0)) == TPU_ERROR_INVALID_VALUE);
+}
+
+/* A block freed on a busy stream is not handed to another stream early. */
+static void test_stream_ordered_reuse(void) {
+    tpu_stream_t s1, s2;
+    CHECK_OK(tpu_stream_create(0, 0, &s1));
+    CHECK_OK(tpu_stream_create(0, 0, &s2));
+    void *a, *b;
+    CHECK_OK(tpu_malloc(0, 3u << 20, s1, &a));
+    atomic_store(&flag, 0);
+    CHECK_OK(tpu_stream_add_callback(s1, slow_cb, NULL));
+    CHECK_OK(tpu_free(a));
+    CHECK_OK(tpu_malloc(0, 3u << 20, s2, &b));
+    CHECK(a != b);                                 /* s1 still busy */
+    CHECK_OK(tpu_free(b));
+    CHECK_OK(tpu_stream_synchronize(s1));
+    void *c;
+    CHECK_OK(tpu_malloc(0, 3u << 20, s2, &c));     /* now either block is fine */
+    CHECK(c == a || c == b);
+    CHECK_OK(tpu_free(c));
+    CHECK_OK(tpu_stream_destroy(s1));
+    CHECK_OK(tpu_stream_destroy(s2));
+}
+
+static void test_async_error(void) {
+    int64_t n = 16;
+    void *d;
+    CHECK_OK(tpu_malloc(0, n * 8, NULL, &d));
+    tpu_tensor t;
+    tpu_tensor_contiguous(&t, d, TPU_I64, 1, &n);
+    tpu_params p = { .i = { 1, 0, 5, 5 } };       /* random_ with from == to: fails when run */
+    CHECK_OK(tpu_launch(NULL, TPU_OP_RAND_INT, &t, 1, &p));
+    tpu_status s = tpu_stream_synchronize(tpu_stream_current(0));
+    CHECK(s == TPU_ERROR_KERNEL);
+    CHECK(strstr(tpu_last_error(), "random") != NULL);
+    CHECK_OK(tpu_stream_synchronize(tpu_stream_current(0)));   /* reported once */
+    p.i[3] = 10;
+    CHECK_OK(tpu_launch(NULL, TPU_OP_RAND_INT, &t, 1, &p));    /* stream still usable */
+    int64_t h[16];
+    CHECK_OK(tpu_memcpy(h, d, sizeof h, TPU_COPY_D2H, NULL));
+    CHECK(h[0] >= 5 && h[0] < 10);
+    CHECK_OK(tpu_device_synchronize(0));
+    CHECK_OK(tpu_free(d));
+}
+
+static void test_launch_validation(void) {
+    void *d;
+    CHECK_OK(tpu_malloc(0, 64, NULL, &d));
+    tpu_tensor t[2];
+    int64_t n = 17;                                /* 68 bytes > 64 */
+    tpu_tensor_contiguous(&t[0], d, TPU_F32, 1, &n);
+    t[0].nbytes = 64;
+    t[1] = tpu_tensor_scalar_f(1, TPU_F32);
+    CHECK(tpu_launch(NULL, TPU_OP_FILL, t, 2, NULL) == TPU_ERROR_INVALID_VALUE);
+    CHECK(strstr(tpu_last_error(), "outside its storage") != NULL);
+    n = 16;
+    tpu_tensor_contiguous(&t[0], d, TPU_F32, 1, &n);
+    t[0].offset = -1;
+    CHECK(tpu_launch(NULL, TPU_OP_FILL, t, 2, NULL) == TPU_ERROR_INVALID_VALUE);
+    t[0].offset = 0;
+    t[0].strides[0] = INT64_MAX;
+    CHECK(tpu_launch(NULL, TPU_OP_FILL, t, 2, NULL) == TPU_ERROR_OVERFLOW);
+    CHECK(tpu_launch(NULL, TPU_OP_ADD, t, 2, NULL) == TPU_ERROR_INVALID_VALUE);   /* arity */
+    CHECK(tpu_launch(NULL, (tpu_op)9999, t, 2, NULL) == TPU_ERROR_INVALID_VALUE);
+    float host[16];
+    tpu_tensor_contiguous(&t[0], host, TPU_F32, 1, &n);   /* a host pointer is not device memory */
+    CHECK(tpu_launch(NULL, TPU_OP_FILL, t, 2, NULL) == TPU_ERROR_INVALID_VALUE);
+    CHECK_OK(tpu_free(d));
+}
+
+static void test_philox_vectors(void) {
+    /* Known-answer tests from Random123 (kat_vectors, philox4x32_10). */
+    uint32_t out[4];
+    uint32_t c0[4] = { 0, 0, 0, 0 }, k0[2] = { 0, 0 };
+    tpu_philox4x32_10(c0, k0, out);
+    CHECK(out[0] == 0x6627e8d5u && out[1] == 0xe169c58du && out[2] == 0xbc57ac4cu && out[3] == 0x9b00dbd8u);
+    uint32_t c1[4] = { 0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu }, k1[2] = { 0xffffffffu, 0xffffffffu };
+    tpu_philox4x32_10(c1, k1, out);
+    CHECK(out[0] == 0x408f276du && out[1] == 0x41c83b0eu && out[2] == 0xa20bc7c6u && out[3] == 0x6d5451fdu);
+    uint32_t c2[4] = { 0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u }, k2[2] = { 0xa4093822u, 0x299f31d0u };
+    tpu_philox4x32_10(c2, k2, out);
+    CHECK(out[0] == 0xd16cfe09u && out[1] == 0x94fdccebu && out[2] == 0x5001e420u && out[3] == 0x24126ea1u);
+}
+
+/* Fast kernels against references, on host buffers (kernel-level). */
+static void fill_rand(float *x, int64_t n, unsigned seed) {
+    for (int64_t i = 0; i < n; i++) { seed = seed * 1103515245u + 12345u; x[i] = ((seed >> 8) & 0xffff) / 32768.0f - 1.0f; }
+}
+
+static void gemm_case(int64_t B, int64_t M, int64_t N, int64_t K, tpu_dtype dt, int prec, bool transA, bool withC) {
+    size_t es = tpu_dtype_size(dt);
+    int64_t na = B * M * K, nb = B * K * N, no = B * M * N;
+    float *fa = malloc(na * 4), *fb = malloc(nb * 4), *fc = malloc((no ? no : 1) * 4);
+    fill_rand(fa, na, 1); fill_rand(fb, nb, 2); fill_rand(fc, no, 3);
+    char *A = malloc(na * es + 1), *Bm = malloc(nb * es + 1), *C = malloc(no * es + 1);
+    char *O1 = malloc(no * es + 64), *O2 = malloc(no * es + 64);
+    for (int64_t i = 0; i < na; i++) tpu_store_f64(A + i * es, dt, fa[i]);
+    for (int64_t i = 0; i < nb; i++) tpu_store_f64(Bm + i * es, dt, fb[i]);
+    for (int64_t i = 0; i < no; i++) tpu_store_f64(C + i * es, dt, fc[i]);
+    memset(O1, 0x5a, no * es + 64); memset(O2, 0x5a, no * es + 64);
+    tpu_kargs a1;
+    memset(&a1, 0, sizeof a1);
+    a1.op = TPU_OP_MATMUL;
+    a1.n = withC ? 4 : 3;
+    int64_t so[3] = { B, M, N }, sa[3] = { B, M, K }, sb[3] = { B, K, N };
+    tpu_tensor_contiguous(&a1.t[0], O1, dt, 3, so);
+    tpu_tensor_contiguous(&a1.t[1], A, dt, 3, sa);
+    if (transA) { a1.t[1].strides[1] = 1; a1.t[1].strides[2] = M; }   /* A stored as (B, K, M) */
+    tpu_tensor_contiguous(&a1.t[2], Bm, dt, 3, sb);
+    tpu_tensor_contiguous(&a1.t[3], C, dt, 3, so);
+    a1.t[3].strides[0] = 0;                                            /* broadcast over batch */
+    a1.p.f[0] = 0.5; a1.p.f[1] = withC ? 2.0 : 0.0; a1.p.i[0] = prec;
+    tpu_kargs a2 = a1;
+    a2.t[0].base = O2;
+    CHECK_OK(tpu_k_gemm(&a1));
+    CHECK_OK(tpu_ref_gemm(&a2));
+    double tol = dt == TPU_BF16 ? 2e-2 : dt == TPU_F16 ? 5e-3 : (dt == TPU_F32 && prec == 2) ? 1e-2 : 1e-4;
+    double worst = 0;
+    for (int64_t i = 0; i < no; i++) {
+        double x = tpu_load_f64(O1 + i * es, dt), y = tpu_load_f64(O2 + i * es, dt);
+        double err = fabs(x - y) / (1.0 + fabs(y)) / sqrt((double)(K ? K : 1));
+        if (err > worst) worst = err;
+    }
+    CHECK_MSG(worst <= tol, "gemm B%lld M%lld N%lld K%lld %s prec%d: rel err %g", (long long)B, (long long)M,
+              (long long)N, (long long)K, tpu_dtype_name(dt), prec, worst);
+    for (int k = 0; k < 64; k++) CHECK((unsigned char)O1[no * es + k] == 0x5a);   /* sentinel */
+    free(fa); free(fb); free(fc); free(A); free(Bm); free(C); free(O1); free(O2);
+}
+
+static void test_gemm_vs_ref(void) {
+    tpu_dtype dts[] = { TPU_F32, TPU_BF16, TPU_F16, TPU_F64 };
+    for (int d = 0; d < 4; d++) {
+        gemm_case(1, 1, 1, 1, dts[d], 0, false, false);
+        gemm_case(2, 37, 41, 53, dts[d], 0, false, true);
+        gemm_case(1, 67, 300, 301, dts[d], 0, true, true);
+        gemm_case(1, 5, 7, 0, dts[d], 0, false, true);
+        gemm_case(1, 0, 7, 3, dts[d], 0, false, false);
+    }
+    for (int prec = 0; prec < 3; prec++) {
+        gemm_case(1, 129, 65, 513, TPU_F32, prec, false, true);
+        gemm_case(3, 9, 33, 17, TPU_F32, prec, true, false);
+    }
+}
+
+static void test_random_vs_ref(void) {
+    tpu_op ops[] = { TPU_OP_RAND_UNIFORM, TPU_OP_RAND_NORMAL, TPU_OP_RAND_BERNOULLI, TPU_OP_RAND_INT };
+    tpu_dtype dts[] = { TPU_F32, TPU_F64, TPU_BF16, TPU_I64 };
+    int64_t n = 100003;
+    for (int k = 0; k < 4; k++) {
+        tpu_dtype dt = ops[k] == TPU_OP_RAND_INT ? TPU_I64 : dts[k % 3];
+        size_t es = tpu_dtype_size(dt);
+        char *o1 = malloc(n * es), *o2 = malloc(n * es);
+        tpu_kargs a;
+        memset(&a, 0, sizeof a);
+        a.op = ops[k]; a.n = 1;
+        tpu_tensor_contiguous(&a.t[0], o1, dt, 1, &n);
+        a.p.i[0] = 42; a.p.i[1] = 7; a.p.i[2] = -3; a.p.i[3] = 11;
+        a.p.f[0] = ops[k] == TPU_OP_RAND_BERNOULLI ? 0.3 : 0.0; a.p.f[1] = 1.0;
+        tpu_kargs b = a;
+        b.t[0].base = o2;
+        CHECK_OK(tpu_k_random(&a));
+        CHECK_OK(tpu_ref_random(&b));
+        CHECK(memcmp(o1, o2, n * es) == 0);
+        double sum = 0, sq = 0;
+        for (int64_t i = 0; i < n; i++) { double v = tpu_load_f64(o1 + i * es, dt); sum += v; sq += v * v; }
+        double mean = sum / n, var = sq / n - mean * mean;
+        if (ops[k] == TPU_OP_RAND_UNIFORM) CHECK_MSG(fabs(mean - 0.5) < 0.01 && fabs(var - 1.0 / 12) < 0.01, "mean %f var %f", mean, var);
+        if (ops[k] == TPU_OP_RAND_NORMAL) CHECK_MSG(fabs(mean) < 0.02 && fabs(var - 1.0) < 0.03, "mean %f var %f", mean, var);
+        if (ops[k] == TPU_OP_RAND_BERNOULLI) CHECK_MSG(fabs(mean - 0.3) < 0.01, "mean %f", mean);
+        if (ops[k] == TPU_OP_RAND_INT) CHECK_MSG(fabs(mean - 3.5) < 0.1, "mean %f", mean);
+        /* a different offset gives different numbers */
+        b.p.i[1] = 8;
+        CHECK_OK(tpu_ref_random(&b));
+        CHECK(memcmp(o1, o2, n * es) != 0);
+        free(o1); free(o2);
+    }
+}
+
+/* Four threads, each with its own stream, run ops at once. */
+static void *thread_body(void *arg) {
+    int id = (int)(intptr_t)arg;
+    tpu_stream_t s;
+    if (tpu_stream_create(0, 0, &s)) return (void *)1;
+    int64_t n = 10000;
+    void *d;
+    if (tpu_malloc(0, n * 4, s, &d)) return (void *)1;
+    tpu_tensor t[3];
+    tpu_tensor_contiguous(&t[0], d, TPU_F32, 1, &n);
+    t[1] = tpu_tensor_scalar_f(id, TPU_F32);
+    tpu_params p = { .f = { 1.0 }, .compute_dtype = TPU_F32 };
+    uintptr_t bad = tpu_launch(s, TPU_OP_FILL, t, 2, &p) != TPU_OK;
+    t[1] = t[0];
+    t[2] = tpu_tensor_scalar_f(1.0, TPU_F32);
+    for (int i = 0; i < 50; i++) bad |= tpu_launch(s, TPU_OP_ADD, t, 3, &p) != TPU_OK;
+    float h[3];
+    bad |= tpu_memcpy(h, d, sizeof h, TPU_COPY_D2H, s) != TPU_OK;
+    bad |= h[0] != (float)(id + 50) || h[2] != (float)(id + 50);
+    tpu_free(d);
+    tpu_stream_destroy(s);
+    return (void *)bad;
+}
+
+static void test_threads(void) {
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) pthread_create(&th[i], NULL, thread_body, (void *)(intptr_t)i);
+    for (int i = 0; i < 4; i++) { void *r; pthread_join(th[i], &r); CHECK(r == NULL); }
+}
+
+static void test_second_device(void) {
+    void *a;
+    CHECK_OK(tpu_malloc(1, 4096, NULL, &a));
+    CHECK(tpu_mem_device_of(a) == 1);
+    fill_f32(a, 1024, 3.0, tpu_stream_default(1));
+    float *r = dev_to_host_f32(a, 1024);
+    CHECK(r[1023] == 3.0f);
+    free(r);
+    /* Device 0's stream cannot run device 1's memory. */
+    int64_t n = 4;
+    tpu_tensor t[2];
+    tpu_tensor_contiguous(&t[0], a, TPU_F32, 1, &n);
+    t[1] = tpu_tensor_scalar_f(1, TPU_F32);
+    CHECK(tpu_launch(tpu_stream_default(0), TPU_OP_FILL, t, 2, NULL) == TPU_ERROR_INVALID_VALUE);
+    CHECK(strstr(tpu_last_error(), "same device") != NULL);
+    CHECK_OK(tpu_free(a));
+}
+
+int main(int argc, char **argv) {
+    setenv("TPU_HBM_BYTES", "67108864", 1);
+    setenv("TPU_NUM_DEVICES", "2", 1);
+    bool tsan_subset = argc > 1 && strcmp(argv[1], "--threads") == 0;
+    RUN_TEST(test_devices);
+    RUN_TEST(test_alloc_reuse_and_stats);
+    RUN_TEST(test_stream_order);
+    RUN_TEST(test_events);
+    RUN_TEST(test_stream_ordered_reuse);
+    RUN_TEST(test_threads);
+    RUN_TEST(test_async_error);
+    if (!tsan_subset) {
+        RUN_TEST(test_oom);
+        RUN_TEST(test_fault_injection);
+        RUN_TEST(test_copies_and_fill);
+        RUN_TEST(test_launch_validation);
+        RUN_TEST(test_philox_vectors);
+        RUN_TEST(test_gemm_vs_ref);
+        RUN_TEST(test_random_vs_ref);
+        RUN_TEST(test_second_device);
+    }
+    return TEST_SUMMARY();
+}
