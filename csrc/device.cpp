@@ -1,0 +1,454 @@
+// device.cpp - PyTorch's PrivateUse1 contracts for the vTPU: device
+// allocator, pinned host allocator, device guard (devices, streams, events),
+// hooks, the Philox generator, and the small op library the Python package
+// calls (torch.ops.torch_tpu.*). Everything forwards to the C runtime.
+#include "tpu_glue.h"
+
+#include <ATen/Context.h>
+#include <ATen/core/GeneratorForPrivateuseone.h>
+#include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <ATen/ops/empty.h>
+#include <c10/core/CachingDeviceAllocator.h>
+#include <c10/core/GeneratorImpl.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/core/impl/alloc_cpu.h>
+#include <torch/library.h>
+
+#include <array>
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <random>
+
+namespace at::tpu {
+
+[[noreturn]] void throw_status(tpu_status s, const char* what) {
+  std::string msg = tpu_last_error();
+  if (s == TPU_ERROR_OUT_OF_MEMORY) {
+    TORCH_CHECK_WITH(OutOfMemoryError, false, msg);
+  }
+  if (s == TPU_ERROR_NOT_SUPPORTED) {
+    TORCH_CHECK_NOT_IMPLEMENTED(false, msg);
+  }
+  if (s == TPU_ERROR_INVALID_DEVICE || s == TPU_ERROR_INVALID_VALUE || s == TPU_ERROR_OVERFLOW) {
+    TORCH_CHECK_VALUE(false, msg);
+  }
+  TORCH_CHECK(false, msg);
+}
+
+// ---------------------------------------------------------------- streams
+namespace {
+
+std::mutex g_stream_mu;
+std::map<std::pair<int, int64_t>, tpu_stream_t>& stream_table() {
+  static std::map<std::pair<int, int64_t>, tpu_stream_t> t;
+  return t;
+}
+
+tpu_stream_t lookup_stream(const c10::Stream& s) {
+  int dev = s.device_index() < 0 ? tpu_device_current() : s.device_index();
+  if (s.id() == 0) return tpu_stream_default(dev);
+  std::lock_guard<std::mutex> g(g_stream_mu);
+  auto it = stream_table().find({dev, s.id()});
+  TORCH_CHECK(it != stream_table().end(), "unknown tpu stream id ", s.id(), " on device ", dev);
+  return it->second;
+}
+
+c10::Stream wrap_stream(tpu_stream_t s) {
+  int dev = tpu_stream_device(s);
+  int64_t id = tpu_stream_id(s);
+  if (id != 0) {
+    std::lock_guard<std::mutex> g(g_stream_mu);
+    stream_table()[{dev, id}] = s;
+  }
+  return c10::Stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, dev), id);
+}
+
+tpu_stream_t new_stream(int dev, int priority) {
+  tpu_stream_t s = nullptr;
+  TPU_CHECK(tpu_stream_create(dev, priority, &s));
+  return s;
+}
+
+constexpr int kPoolSize = 4;
+
+} // namespace
+
+tpu_stream_t current_stream(c10::DeviceIndex dev) {
+  tpu_stream_t s = tpu_stream_current(dev < 0 ? tpu_device_current() : dev);
+  if (!s) {
+    tpu_device_props p;
+    TPU_CHECK(tpu_device_get_props(dev, &p));
+    TORCH_CHECK(false, "tpu: no stream for device ", int(dev));
+  }
+  return s;
+}
+
+// ---------------------------------------------------------------- allocator
+namespace {
+
+void device_deleter(void* p) {
+  tpu_free(p);  // errors here cannot be raised from a deleter; the runtime validated the pointer
+}
+
+struct TPUAllocator final : public c10::DeviceAllocator {
+  c10::DataPtr allocate(size_t nbytes) override {
+    int dev = tpu_device_current();
+    void* p = nullptr;
+    if (nbytes > 0) TPU_CHECK(tpu_malloc(dev, nbytes, nullptr, &p));
+    return {p, p, &device_deleter, c10::Device(c10::DeviceType::PrivateUse1, dev)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &device_deleter; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    TPU_CHECK(tpu_memcpy(dest, src, count, TPU_COPY_D2D, nullptr));
+  }
+  bool initialized() override { return tpu_is_initialized(); }
+  void emptyCache(c10::MempoolId_t) override {
+    for (int d = 0; d < tpu_device_count(); d++) TPU_CHECK(tpu_mem_empty_cache(d));
+  }
+  void recordStream(const c10::DataPtr& ptr, c10::Stream stream) override {
+    if (ptr.get()) TPU_CHECK(tpu_mem_record_stream(ptr.get(), lookup_stream(stream)));
+  }
+  c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override {
+    tpu_mem_stats st;
+    TPU_CHECK(tpu_mem_get_stats(device, &st));
+    c10::CachingDeviceAllocator::DeviceStats out;
+    auto set = [](c10::CachingDeviceAllocator::StatArray& a, int64_t cur, int64_t peak) {
+      auto& s = a[static_cast<size_t>(c10::CachingDeviceAllocator::StatType::AGGREGATE)];
+      s.current = cur;
+      s.peak = peak;
+    };
+    set(out.allocated_bytes, st.allocated, st.peak_allocated);
+    set(out.reserved_bytes, st.reserved, st.peak_reserved);
+    set(out.active_bytes, st.allocated, st.peak_allocated);
+    set(out.requested_bytes, st.allocated, st.peak_allocated);
+    auto& al = out.allocation[0];
+    al.allocated = st.num_allocs;
+    al.freed = st.num_frees;
+    al.current = st.num_allocs - st.num_frees;
+    out.num_ooms = st.num_ooms;
+    out.num_alloc_retries = st.num_cache_flushes;
+    return out;
+  }
+  void resetAccumulatedStats(c10::DeviceIndex) override {}
+  void resetPeakStats(c10::DeviceIndex device) override { TPU_CHECK(tpu_mem_reset_peak(device)); }
+  std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {
+    size_t f = 0, t = 0;
+    TPU_CHECK(tpu_mem_get_info(device, &f, &t));
+    return {f, t};
+  }
+};
+
+TPUAllocator g_allocator;
+
+void host_deleter(void* p) { tpu_host_free(p); }
+
+struct TPUHostAllocator final : public c10::Allocator {
+  c10::DataPtr allocate(size_t nbytes) override {
+    void* p = nullptr;
+    if (nbytes > 0) TPU_CHECK(tpu_host_alloc(nbytes, &p));
+    return {p, p, &host_deleter, c10::Device(c10::DeviceType::CPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &host_deleter; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    std::memcpy(dest, src, count);
+  }
+};
+
+TPUHostAllocator g_host_allocator;
+
+} // namespace
+
+c10::Allocator* device_allocator() { return &g_allocator; }
+c10::Allocator* host_allocator() { return &g_host_allocator; }
+
+// ---------------------------------------------------------------- generator
+namespace {
+
+constexpr uint64_t kDefaultSeed = 67280421310721ULL;  // PyTorch's default_rng_seed_val
+
+struct TPUGenerator final : public c10::GeneratorImpl {
+  explicit TPUGenerator(c10::DeviceIndex idx)
+      : c10::GeneratorImpl{c10::Device(c10::DeviceType::PrivateUse1, idx),
+                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1)} {}
+  void set_current_seed(uint64_t seed) override { seed_ = seed; offset_ = 0; }
+  void set_offset(uint64_t offset) override { offset_ = offset; }
+  uint64_t get_offset() const override { return offset_; }
+  uint64_t current_seed() const override { return seed_; }
+  uint64_t seed() override {
+    uint64_t s = std::random_device{}() | (uint64_t(std::random_device{}()) << 32);
+    set_current_seed(s);
+    return s;
+  }
+  void set_state(const c10::TensorImpl& st) override {
+    TORCH_CHECK(st.numel() == 16 && st.dtype() == caffe2::TypeMeta::Make<uint8_t>(),
+                "RNG state must be a torch.ByteTensor of 16 bytes");
+    const uint8_t* p = static_cast<const uint8_t*>(st.data());
+    std::memcpy(&seed_, p, 8);
+    std::memcpy(&offset_, p + 8, 8);
+  }
+  c10::intrusive_ptr<c10::TensorImpl> get_state() const override {
+    auto t = at::empty({16}, at::TensorOptions().dtype(at::kByte));
+    std::memcpy(t.data_ptr(), &seed_, 8);
+    std::memcpy(static_cast<uint8_t*>(t.data_ptr()) + 8, &offset_, 8);
+    return t.getIntrusivePtr();
+  }
+  static c10::DeviceType device_type() { return c10::DeviceType::PrivateUse1; }
+  // (seed, offset) for one random op; each op gets its own Philox counter space.
+  std::pair<uint64_t, uint64_t> next() { return {seed_, offset_++}; }
+
+ private:
+  TPUGenerator* clone_impl() const override {
+    auto g = new TPUGenerator(device().index());
+    g->seed_ = seed_;
+    g->offset_ = offset_;
+    return g;
+  }
+  uint64_t seed_ = kDefaultSeed;
+  uint64_t offset_ = 0;
+};
+
+std::once_flag g_gen_once[16];
+std::array<at::Generator, 16> g_default_gens;
+
+} // namespace
+
+const at::Generator& default_generator(c10::DeviceIndex idx) {
+  if (idx < 0) idx = tpu_device_current();
+  int n = tpu_device_count();
+  TORCH_CHECK(idx >= 0 && idx < n, "Invalid device index ", int(idx), ": there ", n == 1 ? "is " : "are ", n,
+              " tpu device", n == 1 ? "" : "s");
+  std::call_once(g_gen_once[idx], [idx] { g_default_gens[idx] = at::make_generator<TPUGenerator>(idx); });
+  return g_default_gens[idx];
+}
+
+std::pair<uint64_t, uint64_t> philox_next(const std::optional<at::Generator>& gen, c10::DeviceIndex idx) {
+  at::Generator g = gen.has_value() && gen->defined() ? *gen : default_generator(idx);
+  auto* impl = g.get<TPUGenerator>();
+  TORCH_CHECK(impl, "expected a tpu generator");
+  std::lock_guard<std::mutex> lock(g.mutex());
+  return impl->next();
+}
+
+// ---------------------------------------------------------------- guard
+namespace {
+
+struct TPUGuardImpl final : public c10::impl::DeviceGuardImplInterface {
+  static constexpr c10::DeviceType static_type = c10::DeviceType::PrivateUse1;
+  c10::DeviceType type() const override { return static_type; }
+  c10::Device exchangeDevice(c10::Device d) const override {
+    auto old = getDevice();
+    if (d.index() != old.index()) setDevice(d);
+    return old;
+  }
+  c10::Device getDevice() const override { return c10::Device(static_type, tpu_device_current()); }
+  void setDevice(c10::Device d) const override {
+    TORCH_CHECK(d.type() == static_type, "expected a tpu device, got ", d);
+    if (d.index() >= 0) TPU_CHECK(tpu_device_set(d.index()));
+  }
+  void uncheckedSetDevice(c10::Device d) const noexcept override {
+    if (d.index() >= 0) tpu_device_set(d.index());
+  }
+  c10::Stream getStream(c10::Device d) const override { return wrap_stream(current_stream(d.index())); }
+  c10::Stream getDefaultStream(c10::Device d) const override {
+    int dev = d.index() < 0 ? tpu_device_current() : d.index();
+    tpu_stream_t s = tpu_stream_default(dev);
+    if (!s) TPU_CHECK(tpu_device_set(dev));
+    return wrap_stream(s);
+  }
+  c10::Stream getStreamFromGlobalPool(c10::Device d, bool high) const override {
+    int dev = d.index() < 0 ? tpu_device_current() : d.index();
+    static std::mutex mu;
+    static std::map<int, std::vector<tpu_stream_t>> pools;
+    static std::map<int, int> next;
+    std::lock_guard<std::mutex> g(mu);
+    auto& pool = pools[dev];
+    if (pool.empty())
+      for (int i = 0; i < kPoolSize; i++) pool.push_back(new_stream(dev, 0));
+    return wrap_stream(pool[next[dev]++ % kPoolSize]);
+  }
+  c10::Stream getNewStream(c10::Device d, int priority) const override {
+    int dev = d.index() < 0 ? tpu_device_current() : d.index();
+    return wrap_stream(new_stream(dev, priority));
+  }
+  c10::Stream exchangeStream(c10::Stream s) const override {
+    tpu_stream_t ns = lookup_stream(s);
+    tpu_stream_t old = tpu_stream_current(tpu_stream_device(ns));
+    TPU_CHECK(tpu_stream_set_current(ns));
+    return wrap_stream(old);
+  }
+  c10::DeviceIndex deviceCount() const noexcept override { return tpu_device_count(); }
+  void destroyEvent(void* event, const c10::DeviceIndex) const noexcept override {
+    tpu_event_destroy(static_cast<tpu_event_t>(event));
+  }
+  void record(void** event, const c10::Stream& stream, const c10::DeviceIndex, const c10::EventFlag flag) const override {
+    if (!*event) {
+      tpu_event_t e = nullptr;
+      TPU_CHECK(tpu_event_create(flag == c10::EventFlag::BACKEND_DEFAULT, &e));
+      *event = e;
+    }
+    TPU_CHECK(tpu_event_record(static_cast<tpu_event_t>(*event), lookup_stream(stream)));
+  }
+  void block(void* event, const c10::Stream& stream) const override {
+    if (event) TPU_CHECK(tpu_stream_wait_event(lookup_stream(stream), static_cast<tpu_event_t>(event)));
+  }
+  bool queryEvent(void* event) const override {
+    return !event || tpu_event_query(static_cast<tpu_event_t>(event)) == TPU_OK;
+  }
+  bool queryStream(const c10::Stream& s) const override { return tpu_stream_query(lookup_stream(s)) == TPU_OK; }
+  void synchronizeStream(const c10::Stream& s) const override { TPU_CHECK(tpu_stream_synchronize(lookup_stream(s))); }
+  void synchronizeEvent(void* event) const override {
+    if (event) TPU_CHECK(tpu_event_synchronize(static_cast<tpu_event_t>(event)));
+  }
+  void synchronizeDevice(const c10::DeviceIndex idx) const override {
+    TPU_CHECK(tpu_device_synchronize(idx < 0 ? tpu_device_current() : idx));
+  }
+  void recordDataPtrOnStream(const c10::DataPtr& p, const c10::Stream& s) const override {
+    if (p.get()) TPU_CHECK(tpu_mem_record_stream(p.get(), lookup_stream(s)));
+  }
+  double elapsedTime(void* e1, void* e2, const c10::DeviceIndex) const override {
+    TORCH_CHECK(e1 && e2, "Both events must be recorded before calculating elapsed time.");
+    float ms = 0;
+    TPU_CHECK(tpu_event_elapsed_ms(static_cast<tpu_event_t>(e1), static_cast<tpu_event_t>(e2), &ms));
+    return ms;
+  }
+};
+
+C10_REGISTER_GUARD_IMPL(PrivateUse1, TPUGuardImpl);
+
+// ---------------------------------------------------------------- hooks
+struct TPUHooks final : public at::PrivateUse1HooksInterface {
+  bool isBuilt() const override { return true; }
+  bool isAvailable() const override { return tpu_device_count() > 0; }
+  const at::Generator& getDefaultGenerator(c10::DeviceIndex idx) const override { return default_generator(idx); }
+  at::Generator getNewGenerator(c10::DeviceIndex idx) const override {
+    return at::make_generator<TPUGenerator>(idx < 0 ? tpu_device_current() : idx);
+  }
+  at::Device getDeviceFromPtr(void* data) const override {
+    return c10::Device(c10::DeviceType::PrivateUse1, tpu_mem_device_of(data));
+  }
+  bool isPinnedPtr(const void* data) const override { return tpu_host_is_pinned(data); }
+  c10::Allocator* getPinnedMemoryAllocator() const override { return &g_host_allocator; }
+  bool hasPrimaryContext(c10::DeviceIndex) const override { return tpu_is_initialized(); }
+  c10::DeviceIndex deviceCount() const override { return tpu_device_count(); }
+  void setCurrentDevice(c10::DeviceIndex d) const override { TPU_CHECK(tpu_device_set(d)); }
+  c10::DeviceIndex getCurrentDevice() const override { return tpu_device_current(); }
+  c10::DeviceIndex exchangeDevice(c10::DeviceIndex d) const override {
+    int old = tpu_device_current();
+    TPU_CHECK(tpu_device_set(d));
+    return old;
+  }
+  c10::DeviceIndex maybeExchangeDevice(c10::DeviceIndex d) const override { return exchangeDevice(d); }
+  void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
+    auto* impl = storage.unsafeGetStorageImpl();
+    c10::DataPtr nd = g_allocator.allocate(newsize);
+    size_t keep = std::min(newsize, storage.nbytes());
+    if (keep) TPU_CHECK(tpu_memcpy(nd.get(), storage.data(), keep, TPU_COPY_D2D, nullptr));
+    impl->set_data_ptr_noswap(std::move(nd));
+    impl->set_nbytes(newsize);
+  }
+};
+
+bool register_all() {
+  c10::SetAllocator(c10::DeviceType::PrivateUse1, &g_allocator);
+  at::RegisterPrivateUse1HooksInterface(new TPUHooks());
+  return true;
+}
+const bool g_registered = register_all();
+
+// ---------------------------------------------------------------- op library for Python
+int64_t py_device_count() { return tpu_device_count(); }
+bool py_is_initialized() { return tpu_is_initialized(); }
+bool py_is_forked() { return tpu_is_forked_child(); }
+
+std::tuple<std::string, int64_t, std::string, int64_t> py_props(int64_t d) {
+  tpu_device_props p;
+  TPU_CHECK(tpu_device_get_props(static_cast<int>(d), &p));
+  return {p.name, static_cast<int64_t>(p.hbm_bytes), tpu_mxu_name(p.mxu), p.num_workers};
+}
+
+std::vector<int64_t> py_mem_stats(int64_t d) {
+  tpu_mem_stats s;
+  TPU_CHECK(tpu_mem_get_stats(static_cast<int>(d), &s));
+  return {int64_t(s.allocated), int64_t(s.peak_allocated), int64_t(s.reserved), int64_t(s.peak_reserved),
+          int64_t(s.num_allocs), int64_t(s.num_frees), int64_t(s.num_ooms), int64_t(s.num_cache_flushes),
+          int64_t(s.capacity)};
+}
+void py_reset_peak(int64_t d) { TPU_CHECK(tpu_mem_reset_peak(static_cast<int>(d))); }
+void py_empty_cache() {
+  for (int d = 0; d < tpu_device_count(); d++)
+    if (tpu_is_initialized()) TPU_CHECK(tpu_mem_empty_cache(d));
+}
+std::vector<int64_t> py_mem_info(int64_t d) {
+  size_t f = 0, t = 0;
+  TPU_CHECK(tpu_mem_get_info(static_cast<int>(d), &f, &t));
+  return {int64_t(f), int64_t(t)};
+}
+void py_synchronize(int64_t d) { TPU_CHECK(tpu_device_synchronize(static_cast<int>(d))); }
+void py_set_device(int64_t d) { TPU_CHECK(tpu_device_set(static_cast<int>(d))); }
+int64_t py_current_device() { return tpu_device_current(); }
+
+void py_manual_seed(int64_t d, int64_t seed) {
+  auto g = default_generator(d);
+  std::lock_guard<std::mutex> lock(g.mutex());
+  g.set_current_seed(static_cast<uint64_t>(seed));
+}
+int64_t py_seed(int64_t d) {
+  auto g = default_generator(d);
+  std::lock_guard<std::mutex> lock(g.mutex());
+  return static_cast<int64_t>(g.seed());
+}
+int64_t py_initial_seed(int64_t d) { return static_cast<int64_t>(default_generator(d).current_seed()); }
+at::Tensor py_get_rng_state(int64_t d) {
+  auto g = default_generator(d);
+  std::lock_guard<std::mutex> lock(g.mutex());
+  return g.get_state();
+}
+void py_set_rng_state(int64_t d, const at::Tensor& s) {
+  auto g = default_generator(d);
+  std::lock_guard<std::mutex> lock(g.mutex());
+  g.set_state(s);
+}
+void py_set_eager_mode(int64_t m) {
+  TORCH_CHECK(m == 0 || m == 1, "unknown eager mode ", m);
+  set_eager_mode(static_cast<EagerMode>(m));
+}
+int64_t py_get_eager_mode() { return static_cast<int64_t>(eager_mode()); }
+bool py_is_pinned_ptr(int64_t p) { return tpu_host_is_pinned(reinterpret_cast<void*>(p)); }
+
+} // namespace
+
+// Fallback accounting lives in ops.cpp.
+std::tuple<std::vector<std::string>, std::vector<int64_t>> fallback_counts();
+void reset_fallback_counts();
+void set_fallback_enabled(bool on);
+bool fallback_enabled();
+
+} // namespace at::tpu
+
+TORCH_LIBRARY(torch_tpu, m) {
+  using namespace at::tpu;
+  m.def("device_count() -> int", &py_device_count);
+  m.def("is_initialized() -> bool", &py_is_initialized);
+  m.def("is_forked() -> bool", &py_is_forked);
+  m.def("device_props(int d) -> (str, int, str, int)", &py_props);
+  m.def("mem_stats(int d) -> int[]", &py_mem_stats);
+  m.def("reset_peak(int d) -> ()", &py_reset_peak);
+  m.def("empty_cache() -> ()", &py_empty_cache);
+  m.def("mem_get_info(int d) -> int[]", &py_mem_info);
+  m.def("synchronize(int d) -> ()", &py_synchronize);
+  m.def("set_device(int d) -> ()", &py_set_device);
+  m.def("current_device() -> int", &py_current_device);
+  m.def("manual_seed(int d, int seed) -> ()", &py_manual_seed);
+  m.def("seed(int d) -> int", &py_seed);
+  m.def("initial_seed(int d) -> int", &py_initial_seed);
+  m.def("get_rng_state(int d) -> Tensor", &py_get_rng_state);
+  m.def("set_rng_state(int d, Tensor state) -> ()", &py_set_rng_state);
+  m.def("set_eager_mode(int mode) -> ()", &py_set_eager_mode);
+  m.def("get_eager_mode() -> int", &py_get_eager_mode);
+  m.def("fallback_counts() -> (str[], int[])", &fallback_counts);
+  m.def("reset_fallback_counts() -> ()", &reset_fallback_counts);
+  m.def("set_fallback_enabled(bool on) -> ()", &set_fallback_enabled);
+  m.def("fallback_enabled() -> bool", &fallback_enabled);
+  m.def("is_pinned_ptr(int p) -> bool", &py_is_pinned_ptr);
+}
