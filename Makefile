@@ -18,7 +18,7 @@ all: build
 # ---- set-up: virtualenv with torch 2.13.0 (the CPU wheel on disk) and our package ----
 .venv/.ready: pyproject.toml setup.py
 	test -x $(PY) || python3 -m venv .venv
-	$(PIP) install -q torch==2.13.0 numpy pytest "transformers>=5,<6" accelerate matplotlib
+	$(PIP) install -q torch==2.13.0 numpy pytest ninja "transformers>=5,<6" accelerate matplotlib
 	$(PIP) install -q --no-build-isolation --no-deps -e .
 	touch $@
 
@@ -31,13 +31,14 @@ build/rt/%.o: runtime/src/%.c $(RT_HDR)
 
 RT_OBJ := $(patsubst runtime/src/%.c,build/rt/%.o,$(RT_SRC))
 build/libtpurt.a: $(RT_OBJ)
-	ar rcs $@ $^
+	rm -f $@ && ar rcs $@ $^
 
 runtime: build/libtpurt.a
 
 # ---- the C++ glue: torch_tpu/_C.so ----
+CCACHE_PATH := $(if $(wildcard /usr/lib/ccache),/usr/lib/ccache:,)
 build: setup build/libtpurt.a
-	$(PY) setup.py -q build_ext --inplace
+	PATH="$(CCACHE_PATH)$$PATH" $(PY) setup.py -q build_ext --inplace
 
 # ---- C tests: ASan+UBSan for all, TSan for streams and allocator ----
 build/ctest/%: tests/c/%.c $(RT_SRC) $(RT_HDR) tests/c/test.h

@@ -19,6 +19,8 @@ setup(
             sources=["csrc/device.cpp", "csrc/ops.cpp"],
             include_dirs=[os.path.join(ROOT, "runtime", "include")],
             extra_objects=[LIB],
+            depends=[LIB, "csrc/tpu_glue.h"] + [os.path.join("runtime/include/tpu", f)
+                                                for f in os.listdir(os.path.join(ROOT, "runtime/include/tpu"))],
             extra_compile_args=["-std=c++20", "-O2", "-g0", "-Wno-unused-parameter"],
             extra_link_args=["-pthread"],
         )

@@ -30,7 +30,7 @@ namespace at::tpu {
   if (s == TPU_ERROR_NOT_SUPPORTED) {
     TORCH_CHECK_NOT_IMPLEMENTED(false, msg);
   }
-  if (s == TPU_ERROR_INVALID_DEVICE || s == TPU_ERROR_INVALID_VALUE || s == TPU_ERROR_OVERFLOW) {
+  if (s == TPU_ERROR_INVALID_VALUE || s == TPU_ERROR_OVERFLOW) {
     TORCH_CHECK_VALUE(false, msg);
   }
   TORCH_CHECK(false, msg);
@@ -160,6 +160,7 @@ TPUHostAllocator g_host_allocator;
 } // namespace
 
 c10::Allocator* device_allocator() { return &g_allocator; }
+void device_allocator_record(const c10::DataPtr& p, c10::Stream s) { g_allocator.recordStream(p, s); }
 c10::Allocator* host_allocator() { return &g_host_allocator; }
 
 // ---------------------------------------------------------------- generator

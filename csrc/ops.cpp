@@ -36,6 +36,7 @@
 namespace at::tpu {
 
 const at::Generator& default_generator(c10::DeviceIndex idx);
+void device_allocator_record(const c10::DataPtr& p, c10::Stream s);
 std::pair<uint64_t, uint64_t> philox_next(const std::optional<at::Generator>& gen, c10::DeviceIndex idx);
 
 // ---------------------------------------------------------------- descriptors
@@ -65,6 +66,8 @@ tpu_dtype to_tpu_dtype(c10::ScalarType st) {
 
 tpu_tensor desc(const at::Tensor& t) {
   TORCH_CHECK(t.dim() <= TPU_MAX_DIMS, "tpu supports tensors of at most ", TPU_MAX_DIMS, " dims, got ", t.dim());
+  TORCH_CHECK(t.device().is_privateuseone(), "Expected all tensors to be on the same device, but found at least two "
+              "devices, tpu and ", t.device(), "!");
   tpu_tensor d{};
   const auto& st = t.storage();
   d.base = st.mutable_data();
@@ -216,6 +219,28 @@ static at::Tensor& gelu_out(const at::Tensor& self, c10::string_view approximate
   tpu_params p{};
   p.i[0] = approximate == "tanh" ? 1 : 0;
   return ew_out(TPU_OP_GELU, out, {self}, self.scalar_type(), p);
+}
+
+static at::Tensor isnan(const at::Tensor& self) {
+  auto out = at::empty(self.sizes(), self.options().dtype(kBool));
+  ew(TPU_OP_ISNAN, out, {self}, self.scalar_type());
+  return out;
+}
+
+static at::Tensor& hardtanh_out(const at::Tensor& self, const c10::Scalar& mn, const c10::Scalar& mx, at::Tensor& out) {
+  tpu_params p{};
+  p.i[0] = 1;
+  p.i[1] = 1;
+  p.f[0] = mn.toDouble();
+  p.f[1] = mx.toDouble();
+  return ew_out(TPU_OP_CLAMP, out, {self}, self.scalar_type(), p);
+}
+static at::Tensor hardtanh(const at::Tensor& self, const c10::Scalar& mn, const c10::Scalar& mx) {
+  auto out = at::empty({0}, self.options());
+  return hardtanh_out(self, mn, mx, out);
+}
+static at::Tensor& hardtanh_(at::Tensor& self, const c10::Scalar& mn, const c10::Scalar& mx) {
+  return hardtanh_out(self, mn, mx, self);
 }
 
 static at::Tensor relu(const at::Tensor& self) {
@@ -472,6 +497,25 @@ static at::Tensor& arange_out(const c10::Scalar& start, const c10::Scalar& end, 
   tpu_tensor t = desc(out);
   submit(TPU_OP_ARANGE, &t, 1, p);
   return out;
+}
+
+static at::Tensor& linspace_out(const c10::Scalar& start, const c10::Scalar& end, int64_t steps, at::Tensor& out) {
+  TORCH_CHECK(steps >= 0, "number of steps must be non-negative");
+  at::native::resize_output(out, {steps});
+  if (steps == 0) return out;
+  double a = start.toDouble(), b = end.toDouble();
+  tpu_params p{};
+  p.f[0] = a;
+  p.f[1] = steps > 1 ? (b - a) / double(steps - 1) : 0.0;
+  p.compute_dtype = to_tpu_dtype(out.scalar_type());
+  tpu_tensor t = desc(out);
+  submit(TPU_OP_ARANGE, &t, 1, p);
+  if (steps > 1) out.select(0, steps - 1).fill_(end);   // exact end point, as PyTorch gives
+  return out;
+}
+
+static void record_stream(at::Tensor& self, c10::Stream s) {
+  device_allocator_record(self.storage().data_ptr(), s);
 }
 
 // Device copy with dtype conversion and broadcasting of src to dst's shape.
@@ -1282,6 +1326,11 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("zero_", TORCH_FN(zero_));
   m.impl("arange.start_out", TORCH_FN(arange_out));
   m.impl("cat.out", TORCH_FN(cat_out));
+  m.impl("linspace.out", TORCH_FN(linspace_out));
+  m.impl("record_stream", TORCH_FN(record_stream));
+  m.impl("isnan", TORCH_FN(isnan));
+  m.impl("hardtanh", TORCH_FN(hardtanh)); m.impl("hardtanh.out", TORCH_FN(hardtanh_out));
+  m.impl("hardtanh_", TORCH_FN(hardtanh_));
   // unary
   m.impl("exp.out", TORCH_FN(exp_out)); m.impl("exp2.out", TORCH_FN(exp2_out)); m.impl("expm1.out", TORCH_FN(expm1_out));
   m.impl("log.out", TORCH_FN(log_out)); m.impl("log2.out", TORCH_FN(log2_out)); m.impl("log10.out", TORCH_FN(log10_out));

@@ -1,0 +1,1144 @@
+/* elementwise.c - fast kernels for the elementwise (EW) op family.
+ *
+ * DESIGN. Operands are first coalesced: size-1 dims are dropped and adjacent
+ * dims that are contiguous across every operand are merged, so a contiguous
+ * or simply broadcast launch becomes one long row. The output is then walked
+ * row by row in tiles of EW_TILE elements. Per tile each input is either
+ * used in place (stride 1 and already the compute type: float32 for the
+ * float domain, float64, int64) or gathered into a typed buffer with dtype
+ * conversion (stride-0 broadcasts are filled once and reused, host scalars
+ * once per block). The op then runs over the whole tile with a fixed trip
+ * count and restrict pointers, which is what lets gcc -O2 (very-cheap
+ * vectorizer cost model: no runtime alias checks, no epilogue) vectorize it;
+ * the hot tile functions are target_clones'd for AVX-512 / AVX2 / baseline.
+ * Results go straight to the output or through a buffer with conversion.
+ * An output that shares storage with an input is always buffered, so an
+ * in-place op (add_) reads a whole tile before writing it.
+ *
+ * Compute domains, shared with ref/ref_ew.c: compute_dtype float32/float16/
+ * bfloat16 -> float, float64 -> double, integer/bool -> int64 for ops with
+ * integer semantics (ew_int_capable), else double. Float-domain math uses
+ * branch-free approximations of exp/log/tanh (vectorizable; a few ulp) where
+ * PyTorch uses vectorized Sleef, and libm elsewhere. FILL, COPY and ARANGE
+ * ignore compute_dtype and convert straight to the output dtype.
+ *
+ * Work is split into blocks of EW_GRAIN elements for tpu_parallel_for; a
+ * block may start anywhere in a row. */
+#include "kernels/kernels-impl.h"
+#include <math.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <string.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#define EW_TILE 256
+#define EW_GRAIN 32768
+#define EW_NOP 4                        /* output + up to 3 inputs */
+#define EW_SQRT1_2 0.70710678118654752440   /* GELU: 1/sqrt(2) */
+#define EW_KBETA 0.79788456080286535588     /* GELU tanh form: sqrt(2/pi) */
+#define EW_KPDF 0.39894228040143267794      /* 1/sqrt(2*pi) */
+
+/* Math helpers must inline into each ISA clone of the tile functions. */
+#define EW_INLINE static inline __attribute__((always_inline))
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define EW_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define EW_CLONES
+#endif
+
+typedef enum ew_dom { EW_DOM_F, EW_DOM_D, EW_DOM_I } ew_dom;
+enum { EW_ERR_NONE, EW_ERR_ZERODIV, EW_ERR_NEGPOW };
+enum { EW_POW_GENERIC, EW_POW_SQRT, EW_POW_RSQRT, EW_POW_RECIP, EW_POW_SQ, EW_POW_CUBE, EW_POW_RSQ };
+
+/* Op parameters, pre-converted for each domain. */
+typedef struct ew_par {
+    float ff[6];
+    double fd[6];
+    int64_t fi[6];                      /* f[] as int64 (saturating) */
+    float elu_neg_f;                    /* ELU alpha * scale */
+    double elu_neg_d;
+    int64_t lo, hi;                     /* CLAMP bounds in the int64 domain */
+    int64_t i0;
+    int pow_mode;
+    bool exp_scalar, cbool, has_min, has_max;
+} ew_par;
+
+typedef struct ew_ctx {
+    tpu_op op;
+    ew_dom dom;
+    int nin, nd;
+    int64_t numel, chunk_max;
+    int64_t sz[TPU_MAX_DIMS];
+    int64_t st[EW_NOP][TPU_MAX_DIMS];
+    char *base[EW_NOP];                 /* element 0 of each operand */
+    tpu_dtype dt[EW_NOP];
+    size_t esz[EW_NOP];
+    bool scalar[EW_NOP], direct[EW_NOP];
+    double sf[EW_NOP];
+    int64_t si[EW_NOP];
+    unsigned char pattern[EW_TILE * 8]; /* FILL: EW_TILE copies of the value */
+    bool pattern_zero;
+    ew_par par;
+    atomic_int err;
+} ew_ctx;
+
+typedef union ew_bufs {
+    float f[EW_NOP][EW_TILE];
+    double d[EW_NOP][EW_TILE];
+    int64_t i[EW_NOP][EW_TILE];
+} ew_bufs;
+
+/* ---- domain rules (same as ref/ref_ew.c) ---- */
+
+static bool ew_int_capable(tpu_op op, int64_t div_mode) {
+    switch (op) {
+    case TPU_OP_NEG: case TPU_OP_ABS: case TPU_OP_SIGN: case TPU_OP_RELU: case TPU_OP_CLAMP:
+    case TPU_OP_FLOOR: case TPU_OP_CEIL: case TPU_OP_ROUND: case TPU_OP_TRUNC: case TPU_OP_FRAC:
+    case TPU_OP_LOGICAL_NOT: case TPU_OP_BITWISE_NOT: case TPU_OP_ISNAN: case TPU_OP_ISINF:
+    case TPU_OP_NAN_TO_NUM: case TPU_OP_ADD: case TPU_OP_SUB: case TPU_OP_MUL: case TPU_OP_POW:
+    case TPU_OP_MAXIMUM: case TPU_OP_MINIMUM: case TPU_OP_FMOD: case TPU_OP_REMAINDER:
+    case TPU_OP_EQ: case TPU_OP_NE: case TPU_OP_LT: case TPU_OP_LE: case TPU_OP_GT: case TPU_OP_GE:
+    case TPU_OP_LOGICAL_AND: case TPU_OP_LOGICAL_OR: case TPU_OP_LOGICAL_XOR:
+    case TPU_OP_BITWISE_AND: case TPU_OP_BITWISE_OR: case TPU_OP_BITWISE_XOR:
+    case TPU_OP_THRESHOLD_BWD: case TPU_OP_HARDTANH_BWD: case TPU_OP_WHERE: case TPU_OP_ADDCMUL:
+    case TPU_OP_CLAMP_T:
+        return true;
+    case TPU_OP_DIV:
+        return div_mode != 0;
+    default:
+        return false;
+    }
+}
+
+static bool ew_is_bitwise(tpu_op op) {
+    return op == TPU_OP_BITWISE_NOT || op == TPU_OP_BITWISE_AND || op == TPU_OP_BITWISE_OR ||
+           op == TPU_OP_BITWISE_XOR;
+}
+
+static int64_t ew_d2i(double v) {
+    if (v != v) return 0;
+    if (v >= 9.2233720368547758e18) return INT64_MAX;
+    if (v <= -9.2233720368547758e18) return INT64_MIN;
+    return (int64_t)v;
+}
+
+/* ---- branch-free float helpers (vectorizable) ---- */
+
+EW_INLINE int32_t ew_f2b(float f) { int32_t i; memcpy(&i, &f, 4); return i; }
+EW_INLINE float ew_b2f(int32_t i) { float f; memcpy(&f, &i, 4); return f; }
+EW_INLINE int64_t ew_d2b(double f) { int64_t i; memcpy(&i, &f, 8); return i; }
+EW_INLINE double ew_b2d(int64_t i) { double f; memcpy(&f, &i, 8); return f; }
+
+/* c ? a : b without a branch: FP ops are never speculated by gcc under
+ * -ftrapping-math, so a plain ?: on computed values blocks vectorization. */
+EW_INLINE float ew_self(int c, float a, float b) {
+    int32_t m = -(int32_t)c;
+    return ew_b2f((ew_f2b(a) & m) | (ew_f2b(b) & ~m));
+}
+EW_INLINE double ew_seld(int c, double a, double b) {
+    int64_t m = -(int64_t)c;
+    return ew_b2d((ew_d2b(a) & m) | (ew_d2b(b) & ~m));
+}
+#define EW_SEL(c, a, b) _Generic((a), float: ew_self, double: ew_seld)((c), (a), (b))
+/* NaN-propagating max / min (torch.maximum); arguments are evaluated twice. */
+#define EW_MAXN(a, b) EW_SEL(((a) > (b)) | ((a) != (a)), (a), (b))
+#define EW_MINN(a, b) EW_SEL(((a) < (b)) | ((a) != (a)), (a), (b))
+
+/* exp: Cephes expf polynomial, 2^n applied in two steps so results that
+ * become subnormal are rounded once. About 1 ulp. */
+EW_INLINE float ew_expf(float x) {
+    float xc = ew_self(x > 100.0f, 100.0f, x);
+    xc = ew_self(xc < -110.0f, -110.0f, xc);
+    xc = ew_self(x != x, 0.0f, xc);
+    float t = xc * 1.44269504088896341f;
+    float n = (t + 12582912.0f) - 12582912.0f;
+    float r = xc - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    float y = p * r * r + r + 1.0f;
+    int32_t ni = (int32_t)n;
+    int32_t n1 = ni >> 1, n2 = ni - n1;
+    y = y * ew_b2f((n1 + 127) << 23) * ew_b2f((n2 + 127) << 23);
+    y = ew_self(x > 88.72283935546875f, INFINITY, y);
+    y = ew_self(x < -103.97208404541015625f, 0.0f, y);
+    return ew_self(x != x, x, y);
+}
+
+/* expm1: Taylor series near 0 (where exp(x) - 1 cancels), else exp(x) - 1. */
+EW_INLINE float ew_expm1f(float x) {
+    float q = x * (1.0f / 40320.0f) + (1.0f / 5040.0f);
+    q = q * x + (1.0f / 720.0f);
+    q = q * x + (1.0f / 120.0f);
+    q = q * x + (1.0f / 24.0f);
+    q = q * x + (1.0f / 6.0f);
+    q = q * x + 0.5f;
+    float small = x + x * x * q;
+    return ew_self(fabsf(x) < 0.5f, small, ew_expf(x) - 1.0f);
+}
+
+/* log: Cephes logf (mantissa in [sqrt(1/2), sqrt(2)), degree-9 polynomial). */
+EW_INLINE float ew_logf(float x) {
+    int tiny = x < 1.17549435e-38f;
+    float xs = ew_self(tiny, x * 8388608.0f, x);
+    int32_t b = ew_f2b(xs);
+    int32_t e = ((b >> 23) & 0xff) - 126 - 23 * tiny;
+    float m = ew_b2f((b & 0x007fffff) | 0x3f000000);
+    int c = m < 0.707106781186547524f;
+    e -= c;
+    float u = ew_self(c, m + m - 1.0f, m - 1.0f);
+    float z = u * u;
+    float y = 7.0376836292e-2f;
+    y = y * u - 1.1514610310e-1f;
+    y = y * u + 1.1676998740e-1f;
+    y = y * u - 1.2420140846e-1f;
+    y = y * u + 1.4249322787e-1f;
+    y = y * u - 1.6668057665e-1f;
+    y = y * u + 2.0000714765e-1f;
+    y = y * u - 2.4999993993e-1f;
+    y = y * u + 3.3333331174e-1f;
+    y = y * u * z;
+    float ef = (float)e;
+    y += -2.12194440e-4f * ef;
+    y += -0.5f * z;
+    float r = u + y + 0.693359375f * ef;
+    r = ew_self(x == 0.0f, -INFINITY, r);
+    r = ew_self(x < 0.0f, NAN, r);
+    r = ew_self(x == INFINITY, x, r);
+    return ew_self(x != x, x, r);
+}
+
+/* log1p(x) = log(u) * x / (u - 1) with u = 1 + x (Goldberg): exact for u == 1. */
+EW_INLINE float ew_log1pf(float x) {
+    float u = 1.0f + x;
+    float d = u - 1.0f;
+    float r = ew_logf(u) * (x / d);
+    r = ew_self(d == 0.0f, x, r);
+    return ew_self(u == INFINITY, u, r);
+}
+
+/* tanh: Cephes odd polynomial for |x| < 0.625, else 1 - 2 / (exp(2|x|) + 1). */
+EW_INLINE float ew_tanhf(float x) {
+    float z = x * x;
+    float ps = -5.70498872745e-3f;
+    ps = ps * z + 2.06390887954e-2f;
+    ps = ps * z - 5.37397155531e-2f;
+    ps = ps * z + 1.33314422036e-1f;
+    ps = ps * z - 3.33332819422e-1f;
+    ps = ps * z * x + x;
+    float ax = fabsf(x);
+    float e = ew_expf(ax + ax);
+    float pl = copysignf(1.0f - 2.0f / (e + 1.0f), x);
+    return ew_self(ax < 0.625f, ps, pl);
+}
+
+/* erf for GELU: Abramowitz-Stegun 7.1.26 (|error| < 1.5e-7), the formula
+ * PyTorch's vectorized CPU GELU uses. */
+EW_INLINE float ew_erf_gelu_f(float x) {
+    float ax = fabsf(x);
+    float t = 1.0f / (0.3275911f * ax + 1.0f);
+    float r = 1.061405429f;
+    r = r * t - 1.453152027f;
+    r = r * t + 1.421413741f;
+    r = r * t - 0.284496736f;
+    r = r * t + 0.254829592f;
+    float e = ew_expf(-(x * x));
+    return copysignf(1.0f - e * t * r, x);
+}
+
+/* floor / ceil / trunc from nearbyint (rounding without raising inexact is
+ * what gcc vectorizes; floorf under -ftrapping-math is not). The result
+ * always has the sign of x. */
+EW_INLINE float ew_floorf(float x) {
+    float r = nearbyintf(x);
+    return copysignf(ew_self(r > x, r - 1.0f, r), x);
+}
+EW_INLINE float ew_ceilf(float x) {
+    float r = nearbyintf(x);
+    return copysignf(ew_self(r < x, r + 1.0f, r), x);
+}
+EW_INLINE float ew_truncf(float x) {
+    float a = fabsf(x), r = nearbyintf(a);
+    return copysignf(ew_self(r > a, r - 1.0f, r), x);
+}
+
+EW_INLINE double ew_expd(double x) { return exp(x); }
+EW_INLINE double ew_expm1d(double x) { return expm1(x); }
+EW_INLINE double ew_logd(double x) { return log(x); }
+EW_INLINE double ew_log1pd(double x) { return log1p(x); }
+EW_INLINE double ew_tanhd(double x) { return tanh(x); }
+EW_INLINE double ew_erfd(double x) { return erf(x); }
+EW_INLINE double ew_floord(double x) { return floor(x); }
+EW_INLINE double ew_ceild(double x) { return ceil(x); }
+EW_INLINE double ew_truncd(double x) { return trunc(x); }
+
+#define EW_EXP(x) _Generic((x), float: ew_expf, double: ew_expd)(x)
+#define EW_EXPM1(x) _Generic((x), float: ew_expm1f, double: ew_expm1d)(x)
+#define EW_LOG(x) _Generic((x), float: ew_logf, double: ew_logd)(x)
+#define EW_LOG1P(x) _Generic((x), float: ew_log1pf, double: ew_log1pd)(x)
+#define EW_TANH(x) _Generic((x), float: ew_tanhf, double: ew_tanhd)(x)
+#define EW_ERF_GELU(x) _Generic((x), float: ew_erf_gelu_f, double: ew_erfd)(x)
+#define EW_FLOOR(x) _Generic((x), float: ew_floorf, double: ew_floord)(x)
+#define EW_CEIL(x) _Generic((x), float: ew_ceilf, double: ew_ceild)(x)
+#define EW_TRUNC(x) _Generic((x), float: ew_truncf, double: ew_truncd)(x)
+
+/* sqrt: gcc keeps a scalar errno path for sqrt() without -fno-math-errno, so
+ * use the instructions directly (runtime ISA check). */
+#if defined(__x86_64__)
+__attribute__((target("avx512f")))
+static void ew_sqrt_f_avx512(float *restrict o, const float *restrict x) {
+    for (int i = 0; i < EW_TILE; i += 16) _mm512_storeu_ps(o + i, _mm512_sqrt_ps(_mm512_loadu_ps(x + i)));
+}
+__attribute__((target("avx512f")))
+static void ew_sqrt_d_avx512(double *restrict o, const double *restrict x) {
+    for (int i = 0; i < EW_TILE; i += 8) _mm512_storeu_pd(o + i, _mm512_sqrt_pd(_mm512_loadu_pd(x + i)));
+}
+__attribute__((target("avx")))
+static void ew_sqrt_f_avx(float *restrict o, const float *restrict x) {
+    for (int i = 0; i < EW_TILE; i += 8) _mm256_storeu_ps(o + i, _mm256_sqrt_ps(_mm256_loadu_ps(x + i)));
+}
+__attribute__((target("avx")))
+static void ew_sqrt_d_avx(double *restrict o, const double *restrict x) {
+    for (int i = 0; i < EW_TILE; i += 4) _mm256_storeu_pd(o + i, _mm256_sqrt_pd(_mm256_loadu_pd(x + i)));
+}
+static void ew_sqrt_f(float *restrict o, const float *restrict x) {
+    if (__builtin_cpu_supports("avx512f")) { ew_sqrt_f_avx512(o, x); return; }
+    if (__builtin_cpu_supports("avx")) { ew_sqrt_f_avx(o, x); return; }
+    for (int i = 0; i < EW_TILE; i += 4) _mm_storeu_ps(o + i, _mm_sqrt_ps(_mm_loadu_ps(x + i)));
+}
+static void ew_sqrt_d(double *restrict o, const double *restrict x) {
+    if (__builtin_cpu_supports("avx512f")) { ew_sqrt_d_avx512(o, x); return; }
+    if (__builtin_cpu_supports("avx")) { ew_sqrt_d_avx(o, x); return; }
+    for (int i = 0; i < EW_TILE; i += 2) _mm_storeu_pd(o + i, _mm_sqrt_pd(_mm_loadu_pd(x + i)));
+}
+#else
+static void ew_sqrt_f(float *restrict o, const float *restrict x) {
+    for (int i = 0; i < EW_TILE; i++) o[i] = sqrtf(x[i]);
+}
+static void ew_sqrt_d(double *restrict o, const double *restrict x) {
+    for (int i = 0; i < EW_TILE; i++) o[i] = sqrt(x[i]);
+}
+#endif
+
+/* PyTorch's div_floor_floating and Python-style remainder (scalar: fmod). */
+#define EW_DIV_FLOOR_BODY(T, FMOD, FLOOR, COPYSIGN) {                    \
+    if (b == 0) return a / b;                                            \
+    T mod = FMOD(a, b);                                                  \
+    T div = (a - mod) / b;                                               \
+    if (mod != 0 && (b < 0) != (mod < 0)) div -= (T)1;                   \
+    if (div == 0) return COPYSIGN((T)0, a / b);                          \
+    T fl = FLOOR(div);                                                   \
+    if (div - fl > (T)0.5) fl += (T)1;                                   \
+    return fl;                                                           \
+}
+static float ew_divfloor_f(float a, float b) EW_DIV_FLOOR_BODY(float, fmodf, floorf, copysignf)
+static double ew_divfloor_d(double a, double b) EW_DIV_FLOOR_BODY(double, fmod, floor, copysign)
+static float ew_rem_f(float a, float b) {
+    float m = fmodf(a, b);
+    return (m != 0 && ((b < 0) != (m < 0))) ? m + b : m;
+}
+static double ew_rem_d(double a, double b) {
+    double m = fmod(a, b);
+    return (m != 0 && ((b < 0) != (m < 0))) ? m + b : m;
+}
+
+/* ---- float / double tile functions: one op over EW_TILE elements ---- */
+
+#define EW_LOOP1(E) for (int i = 0; i < EW_TILE; i++) { ew_T x = X[i]; (void)x; O[i] = (E); } break
+#define EW_LOOP2(E) for (int i = 0; i < EW_TILE; i++) { ew_T x = X[i], y = Y[i]; (void)x; (void)y; O[i] = (E); } break
+#define EW_LOOP3(E) \
+    for (int i = 0; i < EW_TILE; i++) { ew_T x = X[i], y = Y[i], z = Z[i]; (void)x; (void)y; (void)z; O[i] = (E); } break
+
+/* The float-domain ops, written once for T = float and T = double. M(fn)
+ * names the libm function of the type, K(v) a constant, PF the params. */
+#define EW_FLOAT_UNARY(T, SFX, M, K, PF)                                                    \
+static EW_CLONES void ew_un_##SFX(tpu_op op, T *restrict O, const T *restrict X, const ew_par *p) {    \
+    typedef T ew_T;                                                                          \
+    const T f0 = p->PF[0], f1 = p->PF[1], f2 = p->PF[2];                                     \
+    switch (op) {                                                                            \
+    case TPU_OP_COPY: EW_LOOP1(x);                                                           \
+    case TPU_OP_NEG: EW_LOOP1(-x);                                                           \
+    case TPU_OP_ABS: EW_LOOP1(M(fabs)(x));                                                   \
+    case TPU_OP_SIGN: EW_LOOP1((T)((x > 0) - (x < 0)));                                      \
+    case TPU_OP_EXP: EW_LOOP1(EW_EXP(x));                                                    \
+    case TPU_OP_EXP2: EW_LOOP1(M(exp2)(x));                                                  \
+    case TPU_OP_EXPM1: EW_LOOP1(EW_EXPM1(x));                                                \
+    case TPU_OP_LOG: EW_LOOP1(EW_LOG(x));                                                    \
+    case TPU_OP_LOG2: EW_LOOP1(M(log2)(x));                                                  \
+    case TPU_OP_LOG10: EW_LOOP1(M(log10)(x));                                                \
+    case TPU_OP_LOG1P: EW_LOOP1(EW_LOG1P(x));                                                \
+    case TPU_OP_SQRT: ew_sqrt_##SFX(O, X); break;                                            \
+    case TPU_OP_RSQRT:                                                                       \
+        ew_sqrt_##SFX(O, X);                                                                 \
+        for (int i = 0; i < EW_TILE; i++) O[i] = K(1) / O[i];                                \
+        break;                                                                               \
+    case TPU_OP_RECIPROCAL: EW_LOOP1(K(1) / x);                                              \
+    case TPU_OP_SIN: EW_LOOP1(M(sin)(x));                                                    \
+    case TPU_OP_COS: EW_LOOP1(M(cos)(x));                                                    \
+    case TPU_OP_TAN: EW_LOOP1(M(tan)(x));                                                    \
+    case TPU_OP_ASIN: EW_LOOP1(M(asin)(x));                                                  \
+    case TPU_OP_ACOS: EW_LOOP1(M(acos)(x));                                                  \
+    case TPU_OP_ATAN: EW_LOOP1(M(atan)(x));                                                  \
+    case TPU_OP_SINH: EW_LOOP1(M(sinh)(x));                                                  \
+    case TPU_OP_COSH: EW_LOOP1(M(cosh)(x));                                                  \
+    case TPU_OP_TANH: EW_LOOP1(EW_TANH(x));                                                  \
+    case TPU_OP_ASINH: EW_LOOP1(M(asinh)(x));                                                \
+    case TPU_OP_ACOSH: EW_LOOP1(M(acosh)(x));                                                \
+    case TPU_OP_ATANH: EW_LOOP1(M(atanh)(x));                                                \
+    case TPU_OP_ERF: EW_LOOP1(M(erf)(x));                                                    \
+    case TPU_OP_ERFC: EW_LOOP1(M(erfc)(x));                                                  \
+    case TPU_OP_SIGMOID: EW_LOOP1(K(1) / (K(1) + EW_EXP(-x)));                               \
+    case TPU_OP_RELU: EW_LOOP1(EW_SEL(x < 0, K(0), x));                                      \
+    case TPU_OP_GELU:                                                                        \
+        if (p->i0) { EW_LOOP1(K(0.5) * x * (K(1) + EW_TANH(K(EW_KBETA) *   \
+                                                           (x + K(0.044715) * (x * x * x))))); } \
+        EW_LOOP1(x * K(0.5) * (K(1) + EW_ERF_GELU(x * K(EW_SQRT1_2))));                       \
+    case TPU_OP_SILU: EW_LOOP1(x / (K(1) + EW_EXP(-x)));                                     \
+    case TPU_OP_MISH: EW_LOOP1(x * EW_TANH(EW_LOG1P(EW_EXP(x))));                            \
+    case TPU_OP_SOFTPLUS: EW_LOOP1(EW_SEL(x * f0 > f1, x, EW_LOG1P(EW_EXP(x * f0)) / f0));   \
+    case TPU_OP_ELU: EW_LOOP1(EW_SEL(x > 0, x * f1, EW_EXPM1(x * f2) * p->elu_neg_##SFX));   \
+    case TPU_OP_LEAKY_RELU: EW_LOOP1(EW_SEL(x > 0, x, x * f0));                              \
+    case TPU_OP_HARDSIGMOID: {                                                               \
+        for (int i = 0; i < EW_TILE; i++) {                                                  \
+            T s = X[i] + K(3), z = K(0), six = K(6);                                         \
+            s = EW_MAXN(s, z);                                                               \
+            O[i] = EW_MINN(s, six) / six;                                                    \
+        }                                                                                    \
+        break;                                                                               \
+    }                                                                                        \
+    case TPU_OP_HARDSWISH: {                                                                 \
+        for (int i = 0; i < EW_TILE; i++) {                                                  \
+            T x = X[i], s = x + K(3), z = K(0), six = K(6);                                  \
+            s = EW_MAXN(s, z);                                                               \
+            s = EW_MINN(s, six);                                                             \
+            O[i] = x * s / six;                                                              \
+        }                                                                                    \
+        break;                                                                               \
+    }                                                                                        \
+    case TPU_OP_CLAMP: {       /* a missing bound is +-inf: a no-op, NaN included */         \
+        const T lo = p->has_min ? f0 : -(T)INFINITY, hi = p->has_max ? f1 : (T)INFINITY;     \
+        for (int i = 0; i < EW_TILE; i++) {                                                  \
+            T r = X[i];                                                                      \
+            r = EW_MAXN(r, lo);                                                              \
+            O[i] = EW_MINN(r, hi);                                                           \
+        }                                                                                    \
+        break;                                                                               \
+    }                                                                                        \
+    case TPU_OP_FLOOR: EW_LOOP1(EW_FLOOR(x));                                                \
+    case TPU_OP_CEIL: EW_LOOP1(EW_CEIL(x));                                                  \
+    case TPU_OP_ROUND: EW_LOOP1(M(nearbyint)(x));                                            \
+    case TPU_OP_TRUNC: EW_LOOP1(EW_TRUNC(x));                                                \
+    case TPU_OP_FRAC: EW_LOOP1(x - EW_TRUNC(x));                                             \
+    case TPU_OP_LOGICAL_NOT: EW_LOOP1((T)(x == 0));                                          \
+    case TPU_OP_ISNAN: EW_LOOP1((T)(x != x));                                                \
+    case TPU_OP_ISINF: EW_LOOP1((T)(M(fabs)(x) == (T)INFINITY));                             \
+    case TPU_OP_NAN_TO_NUM:                                                                  \
+        EW_LOOP1(EW_SEL(x != x, f0, EW_SEL(x == (T)INFINITY, f1,                             \
+                                           EW_SEL(x == -(T)INFINITY, f2, x))));              \
+    default: EW_LOOP1((T)NAN);                                                               \
+    }                                                                                        \
+}
+
+#define EW_FLOAT_BINARY(T, SFX, M, K, PF)                                                   \
+EW_INLINE void ew_pow_##SFX(T *restrict O, const T *restrict X, const T *restrict Y,            \
+                         const ew_par *p) {                                                  \
+    typedef T ew_T;                                                                          \
+    switch (p->pow_mode) {                                                                   \
+    case EW_POW_SQRT: ew_sqrt_##SFX(O, X); break;                                            \
+    case EW_POW_RSQRT:                                                                       \
+        ew_sqrt_##SFX(O, X);                                                                 \
+        for (int i = 0; i < EW_TILE; i++) O[i] = K(1) / O[i];                                \
+        break;                                                                               \
+    case EW_POW_RECIP: EW_LOOP1(K(1) / x);                                                   \
+    case EW_POW_SQ: EW_LOOP1(x * x);                                                         \
+    case EW_POW_CUBE: EW_LOOP1(x * x * x);                                                   \
+    case EW_POW_RSQ: EW_LOOP1(K(1) / (x * x));                                               \
+    default: EW_LOOP2(M(pow)(x, y));                                                         \
+    }                                                                                        \
+}                                                                                            \
+EW_INLINE T ew_gelu_bwd_tanh_##SFX(T dy, T x) {                                                 \
+    T kb = K(EW_KBETA), kk = K(0.044715);                                  \
+    T t = EW_TANH(kb * (x + kk * (x * x * x)));                                              \
+    T left = K(0.5) * x, right = K(1) + t;                                                   \
+    T dright = left * (K(1) - t * t) * (kb * (K(1) + K(3) * kk * x * x));                    \
+    return dy * (K(0.5) * right + dright);                                                   \
+}                                                                                            \
+static EW_CLONES void ew_bin_##SFX(tpu_op op, T *restrict O, const T *restrict X, const T *restrict Y, \
+                         const ew_par *p) {                                                  \
+    typedef T ew_T;                                                                          \
+    const T f0 = p->PF[0], f1 = p->PF[1];                                                    \
+    switch (op) {                                                                            \
+    case TPU_OP_ADD: EW_LOOP2(x + f0 * y);                                                   \
+    case TPU_OP_SUB: EW_LOOP2(x - f0 * y);                                                   \
+    case TPU_OP_MUL: EW_LOOP2(x * y);                                                        \
+    case TPU_OP_DIV:                                                                         \
+        if (p->i0 == 1) { EW_LOOP2(EW_TRUNC(x / y)); }                                       \
+        if (p->i0 == 2) { EW_LOOP2(ew_divfloor_##SFX(x, y)); }                               \
+        EW_LOOP2(x / y);                                                                     \
+    case TPU_OP_POW: ew_pow_##SFX(O, X, Y, p); break;                                        \
+    case TPU_OP_MAXIMUM: EW_LOOP2(EW_MAXN(x, y));                                            \
+    case TPU_OP_MINIMUM: EW_LOOP2(EW_MINN(x, y));                                            \
+    case TPU_OP_FMOD: EW_LOOP2(M(fmod)(x, y));                                               \
+    case TPU_OP_REMAINDER: EW_LOOP2(ew_rem_##SFX(x, y));                                     \
+    case TPU_OP_ATAN2: EW_LOOP2(M(atan2)(x, y));                                             \
+    case TPU_OP_EQ: EW_LOOP2((T)(x == y));                                                   \
+    case TPU_OP_NE: EW_LOOP2((T)(x != y));                                                   \
+    case TPU_OP_LT: EW_LOOP2((T)(x < y));                                                    \
+    case TPU_OP_LE: EW_LOOP2((T)(x <= y));                                                   \
+    case TPU_OP_GT: EW_LOOP2((T)(x > y));                                                    \
+    case TPU_OP_GE: EW_LOOP2((T)(x >= y));                                                   \
+    case TPU_OP_LOGICAL_AND: EW_LOOP2((T)((x != 0) & (y != 0)));                             \
+    case TPU_OP_LOGICAL_OR: EW_LOOP2((T)((x != 0) | (y != 0)));                              \
+    case TPU_OP_LOGICAL_XOR: EW_LOOP2((T)((x != 0) ^ (y != 0)));                             \
+    case TPU_OP_THRESHOLD_BWD: EW_LOOP2(EW_SEL(y <= f0, K(0), x));                           \
+    case TPU_OP_GELU_BWD:                                                                    \
+        if (p->i0) { EW_LOOP2(ew_gelu_bwd_tanh_##SFX(x, y)); }                               \
+        EW_LOOP2(x * (K(0.5) * (K(1) + EW_ERF_GELU(y * K(EW_SQRT1_2))) +                      \
+                      y * (K(EW_KPDF) * EW_EXP(K(-0.5) * y * y))));     \
+    case TPU_OP_SILU_BWD:                                                                    \
+        for (int i = 0; i < EW_TILE; i++) {                                                  \
+            T g = X[i], v = Y[i], s = K(1) / (K(1) + EW_EXP(-v));                            \
+            O[i] = g * s * (K(1) + v * (K(1) - s));                                          \
+        }                                                                                    \
+        break;                                                                               \
+    case TPU_OP_SIGMOID_BWD: EW_LOOP2(x * (K(1) - y) * y);                                   \
+    case TPU_OP_TANH_BWD: EW_LOOP2(x * (K(1) - y * y));                                      \
+    case TPU_OP_LEAKY_RELU_BWD: EW_LOOP2(EW_SEL(y > 0, x, x * f0));                          \
+    case TPU_OP_HARDTANH_BWD: EW_LOOP2(EW_SEL((y <= f0) | (y >= f1), K(0), x));              \
+    case TPU_OP_SOFTPLUS_BWD:                                                                \
+        for (int i = 0; i < EW_TILE; i++) {                                                  \
+            T g = X[i], v = Y[i] * f0, e = EW_EXP(v);                                        \
+            O[i] = EW_SEL(v > f1, g, g * e / (e + K(1)));                                    \
+        }                                                                                    \
+        break;                                                                               \
+    default: EW_LOOP2((T)NAN);                                                               \
+    }                                                                                        \
+}
+
+#define EW_FLOAT_TERNARY(T, SFX, M, K, PF)                                                  \
+static EW_CLONES void ew_ter_##SFX(tpu_op op, T *restrict O, const T *restrict X, const T *restrict Y, \
+                         const T *restrict Z, const ew_par *p) {                             \
+    typedef T ew_T;                                                                          \
+    const T f0 = p->PF[0];                                                                   \
+    switch (op) {                                                                            \
+    case TPU_OP_WHERE: EW_LOOP3(EW_SEL(x != 0, y, z));                                       \
+    case TPU_OP_ADDCMUL: EW_LOOP3(x + f0 * y * z);                                           \
+    case TPU_OP_ADDCDIV: EW_LOOP3(x + f0 * y / z);                                           \
+    case TPU_OP_LERP:                                                                        \
+        EW_LOOP3(EW_SEL(M(fabs)(z) < K(0.5), x + z * (y - x), y - (y - x) * (K(1) - z)));   \
+    case TPU_OP_CLAMP_T:                                                                     \
+        for (int i = 0; i < EW_TILE; i++) {                                                  \
+            T r = X[i], lo = Y[i], hi = Z[i];                                                \
+            r = EW_MAXN(r, lo);                                                              \
+            O[i] = EW_MINN(r, hi);                                                           \
+        }                                                                                    \
+        break;                                                                               \
+    default: EW_LOOP3((T)NAN);                                                               \
+    }                                                                                        \
+}
+
+#define EW_MF(fn) fn##f
+#define EW_KF(v) ((float)(v))
+#define EW_MD(fn) fn
+#define EW_KD(v) ((double)(v))
+EW_FLOAT_UNARY(float, f, EW_MF, EW_KF, ff)
+EW_FLOAT_UNARY(double, d, EW_MD, EW_KD, fd)
+EW_FLOAT_BINARY(float, f, EW_MF, EW_KF, ff)
+EW_FLOAT_BINARY(double, d, EW_MD, EW_KD, fd)
+EW_FLOAT_TERNARY(float, f, EW_MF, EW_KF, ff)
+EW_FLOAT_TERNARY(double, d, EW_MD, EW_KD, fd)
+
+static void ew_tile_f(tpu_op op, int nin, float *restrict O, const float *restrict X,
+                                const float *restrict Y, const float *restrict Z, const ew_par *p) {
+    if (nin == 1) ew_un_f(op, O, X, p);
+    else if (nin == 2) ew_bin_f(op, O, X, Y, p);
+    else ew_ter_f(op, O, X, Y, Z, p);
+}
+
+static void ew_tile_d(tpu_op op, int nin, double *restrict O, const double *restrict X,
+                                const double *restrict Y, const double *restrict Z, const ew_par *p) {
+    if (nin == 1) ew_un_d(op, O, X, p);
+    else if (nin == 2) ew_bin_d(op, O, X, Y, p);
+    else ew_ter_d(op, O, X, Y, Z, p);
+}
+
+/* ---- int64 domain: wrapping arithmetic like the narrow C++ types ---- */
+
+#define EW_WRAP(v) ((int64_t)(uint64_t)(v))
+#define EW_ILOOP1(E) for (int i = 0; i < EW_TILE; i++) { int64_t x = X[i]; (void)x; O[i] = (E); } break
+#define EW_ILOOP2(E) \
+    for (int i = 0; i < EW_TILE; i++) { int64_t x = X[i], y = Y[i]; (void)x; (void)y; O[i] = (E); } break
+#define EW_ILOOP3(E) \
+    for (int i = 0; i < EW_TILE; i++) { int64_t x = X[i], y = Y[i], z = Z[i]; (void)x; (void)y; (void)z; O[i] = (E); } break
+
+static int64_t ew_powi(int64_t b, int64_t e) {
+    if (e < 0) return b == 1 ? 1 : b == -1 ? ((e & 1) ? -1 : 1) : 0;
+    uint64_t r = 1, x = (uint64_t)b;
+    while (e) {
+        if (e & 1) r *= x;
+        x *= x;
+        e >>= 1;
+    }
+    return EW_WRAP(r);
+}
+
+static EW_CLONES void ew_un_i(tpu_op op, int64_t *restrict O, const int64_t *restrict X, const ew_par *p) {
+    const int64_t lo = p->lo, hi = p->hi;
+    switch (op) {
+    case TPU_OP_COPY: case TPU_OP_FLOOR: case TPU_OP_CEIL: case TPU_OP_ROUND: case TPU_OP_TRUNC:
+    case TPU_OP_NAN_TO_NUM:
+        EW_ILOOP1(x);
+    case TPU_OP_NEG: EW_ILOOP1(EW_WRAP(0u - (uint64_t)x));
+    case TPU_OP_ABS: EW_ILOOP1(x < 0 ? EW_WRAP(0u - (uint64_t)x) : x);
+    case TPU_OP_SIGN: EW_ILOOP1((x > 0) - (x < 0));
+    case TPU_OP_RELU: EW_ILOOP1(x < 0 ? 0 : x);
+    case TPU_OP_CLAMP:
+        for (int i = 0; i < EW_TILE; i++) {
+            int64_t r = X[i] < lo ? lo : X[i];
+            O[i] = r > hi ? hi : r;
+        }
+        break;
+    case TPU_OP_LOGICAL_NOT: EW_ILOOP1(x == 0);
+    case TPU_OP_BITWISE_NOT:
+        if (p->cbool) { EW_ILOOP1(x == 0); }
+        EW_ILOOP1(~x);
+    default: EW_ILOOP1(0);
+    }
+}
+
+/* Division-like ops: check every divisor of the n valid elements first. */
+static int ew_divlike_i(tpu_op op, int64_t *restrict O, const int64_t *restrict X,
+                        const int64_t *restrict Y, int n, const ew_par *p) {
+    for (int i = 0; i < n; i++)
+        if (Y[i] == 0) return EW_ERR_ZERODIV;
+    for (int i = 0; i < n; i++) {
+        int64_t a = X[i], b = Y[i], r;
+        if (b == -1) {
+            r = op == TPU_OP_DIV ? EW_WRAP(0u - (uint64_t)a) : 0;
+        } else if (op == TPU_OP_DIV) {
+            r = a / b;
+            if (p->i0 == 2 && (a % b != 0) && ((a < 0) != (b < 0))) r -= 1;
+        } else {
+            r = a % b;
+            if (op == TPU_OP_REMAINDER && r != 0 && ((r < 0) != (b < 0))) r += b;
+        }
+        O[i] = r;
+    }
+    return EW_ERR_NONE;
+}
+
+static int ew_pow_i(int64_t *restrict O, const int64_t *restrict X, const int64_t *restrict Y,
+                    int n, const ew_par *p) {
+    for (int i = 0; i < n; i++) {
+        if (Y[i] < 0 && p->exp_scalar) return EW_ERR_NEGPOW;
+        O[i] = ew_powi(X[i], Y[i]);
+    }
+    return EW_ERR_NONE;
+}
+
+static EW_CLONES int ew_bin_i(tpu_op op, int64_t *restrict O, const int64_t *restrict X,
+                    const int64_t *restrict Y, int n, const ew_par *p) {
+    const uint64_t alpha = (uint64_t)p->fi[0];
+    const int64_t f0 = p->fi[0], f1 = p->fi[1];
+    switch (op) {
+    case TPU_OP_ADD: EW_ILOOP2(EW_WRAP((uint64_t)x + alpha * (uint64_t)y));
+    case TPU_OP_SUB: EW_ILOOP2(EW_WRAP((uint64_t)x - alpha * (uint64_t)y));
+    case TPU_OP_MUL: EW_ILOOP2(EW_WRAP((uint64_t)x * (uint64_t)y));
+    case TPU_OP_DIV: case TPU_OP_FMOD: case TPU_OP_REMAINDER:
+        return ew_divlike_i(op, O, X, Y, n, p);
+    case TPU_OP_POW: return ew_pow_i(O, X, Y, n, p);
+    case TPU_OP_MAXIMUM: EW_ILOOP2(x > y ? x : y);
+    case TPU_OP_MINIMUM: EW_ILOOP2(x < y ? x : y);
+    case TPU_OP_EQ: EW_ILOOP2(x == y);
+    case TPU_OP_NE: EW_ILOOP2(x != y);
+    case TPU_OP_LT: EW_ILOOP2(x < y);
+    case TPU_OP_LE: EW_ILOOP2(x <= y);
+    case TPU_OP_GT: EW_ILOOP2(x > y);
+    case TPU_OP_GE: EW_ILOOP2(x >= y);
+    case TPU_OP_LOGICAL_AND: EW_ILOOP2((x != 0) & (y != 0));
+    case TPU_OP_LOGICAL_OR: EW_ILOOP2((x != 0) | (y != 0));
+    case TPU_OP_LOGICAL_XOR: EW_ILOOP2((x != 0) ^ (y != 0));
+    case TPU_OP_BITWISE_AND: EW_ILOOP2(x & y);
+    case TPU_OP_BITWISE_OR: EW_ILOOP2(x | y);
+    case TPU_OP_BITWISE_XOR: EW_ILOOP2(x ^ y);
+    case TPU_OP_THRESHOLD_BWD: EW_ILOOP2(y <= f0 ? 0 : x);
+    case TPU_OP_HARDTANH_BWD: EW_ILOOP2(((y <= f0) | (y >= f1)) ? 0 : x);
+    default: EW_ILOOP2(0);
+    }
+    return EW_ERR_NONE;
+}
+
+static EW_CLONES void ew_ter_i(tpu_op op, int64_t *restrict O, const int64_t *restrict X,
+                     const int64_t *restrict Y, const int64_t *restrict Z, const ew_par *p) {
+    const uint64_t alpha = (uint64_t)p->fi[0];
+    switch (op) {
+    case TPU_OP_WHERE: EW_ILOOP3(x != 0 ? y : z);
+    case TPU_OP_ADDCMUL: EW_ILOOP3(EW_WRAP((uint64_t)x + alpha * (uint64_t)y * (uint64_t)z));
+    case TPU_OP_CLAMP_T:
+        for (int i = 0; i < EW_TILE; i++) {
+            int64_t r = X[i] > Y[i] ? X[i] : Y[i];
+            O[i] = r < Z[i] ? r : Z[i];
+        }
+        break;
+    default: EW_ILOOP3(0);
+    }
+}
+
+static int ew_tile_i(tpu_op op, int nin, int64_t *restrict O, const int64_t *restrict X,
+                               const int64_t *restrict Y, const int64_t *restrict Z, int n,
+                               const ew_par *p) {
+    if (nin == 1) ew_un_i(op, O, X, p);
+    else if (nin == 2) return ew_bin_i(op, O, X, Y, n, p);
+    else ew_ter_i(op, O, X, Y, Z, p);
+    return EW_ERR_NONE;
+}
+
+/* ---- gather (load + convert) and scatter (convert + store) ---- */
+
+/* A whole contiguous tile gets its own fixed-count loop so that it vectorizes. */
+#define EW_GATHER(TS, CONV) {                                                \
+        const TS *q = (const TS *)s;                                         \
+        if (st == 1 && n == EW_TILE)                                         \
+            for (int i = 0; i < EW_TILE; i++) d[i] = CONV(q[i]);             \
+        else                                                                 \
+            for (int i = 0; i < n; i++) d[i] = CONV(q[(int64_t)i * st]);     \
+    } break
+#define EW_SCATTER(TD, CONV) {                                               \
+        TD *q = (TD *)dst;                                                   \
+        if (st == 1 && n == EW_TILE)                                         \
+            for (int i = 0; i < EW_TILE; i++) q[i] = CONV(s[i]);             \
+        else                                                                 \
+            for (int i = 0; i < n; i++) q[(int64_t)i * st] = CONV(s[i]);     \
+    } break
+#define EW_CAST_F(v) ((float)(v))
+#define EW_CAST_D(v) ((double)(v))
+#define EW_CAST_I(v) ((int64_t)(v))
+#define EW_NZ(v) ((v) != 0)
+#define EW_F16(v) tpu_f16_to_f32(v)
+#define EW_BF16(v) tpu_bf16_to_f32(v)
+#define EW_TO_F16(v) tpu_f32_to_f16((float)(v))
+#define EW_TO_BF16(v) tpu_f32_to_bf16((float)(v))
+
+/* Every dtype into one compute type; CF converts from float types, CI from
+ * integer types, CH wraps the half conversions, CB loads bool (nonzero = 1). */
+#define EW_GATHER_ALL(CF, CI, CH, CB)                                        \
+    switch (dt) {                                                            \
+    case TPU_F32: EW_GATHER(float, CF);                                      \
+    case TPU_F64: EW_GATHER(double, CF);                                     \
+    case TPU_F16: EW_GATHER(uint16_t, CH(EW_F16));                           \
+    case TPU_BF16: EW_GATHER(uint16_t, CH(EW_BF16));                         \
+    case TPU_U8: EW_GATHER(uint8_t, CI);                                     \
+    case TPU_I8: EW_GATHER(int8_t, CI);                                      \
+    case TPU_I16: EW_GATHER(int16_t, CI);                                    \
+    case TPU_I32: EW_GATHER(int32_t, CI);                                    \
+    case TPU_I64: EW_GATHER(int64_t, CI);                                    \
+    case TPU_BOOL: EW_GATHER(uint8_t, CB);                                   \
+    default: break;                                                          \
+    }
+
+#define EW_HALF_F(CONV) CONV
+#define EW_HALF_I(CONV) (int64_t)CONV
+#define EW_BOOL_F(v) ((float)((v) != 0))
+#define EW_BOOL_D(v) ((double)((v) != 0))
+#define EW_BOOL_I(v) ((int64_t)((v) != 0))
+static EW_CLONES void ew_load_f(float *restrict d, const char *s, int64_t st, int n, tpu_dtype dt) {
+    if (dt == TPU_F32 && st == 1) { memcpy(d, s, (size_t)n * 4); return; }
+    EW_GATHER_ALL(EW_CAST_F, EW_CAST_F, EW_HALF_F, EW_BOOL_F)
+}
+static EW_CLONES void ew_load_d(double *restrict d, const char *s, int64_t st, int n, tpu_dtype dt) {
+    EW_GATHER_ALL(EW_CAST_D, EW_CAST_D, EW_HALF_F, EW_BOOL_D)
+}
+static EW_CLONES void ew_load_i(int64_t *restrict d, const char *s, int64_t st, int n, tpu_dtype dt) {
+    EW_GATHER_ALL(EW_CAST_I, EW_CAST_I, EW_HALF_I, EW_BOOL_I)
+}
+
+/* Float to integer dtypes goes through int64 like tpu_store_f64. */
+#define EW_STORE_ALL(TOI)                                                    \
+    switch (dt) {                                                            \
+    case TPU_F32: EW_SCATTER(float, EW_CAST_F);                              \
+    case TPU_F64: EW_SCATTER(double, EW_CAST_D);                             \
+    case TPU_F16: EW_SCATTER(uint16_t, EW_TO_F16);                           \
+    case TPU_BF16: EW_SCATTER(uint16_t, EW_TO_BF16);                         \
+    case TPU_U8: EW_SCATTER(uint8_t, (uint8_t)TOI);                          \
+    case TPU_I8: EW_SCATTER(int8_t, (int8_t)TOI);                            \
+    case TPU_I16: EW_SCATTER(int16_t, (int16_t)TOI);                         \
+    case TPU_I32: EW_SCATTER(int32_t, (int32_t)TOI);                         \
+    case TPU_I64: EW_SCATTER(int64_t, TOI);                                  \
+    case TPU_BOOL: EW_SCATTER(uint8_t, EW_NZ);                               \
+    default: break;                                                          \
+    }
+
+static EW_CLONES void ew_store_f(char *dst, int64_t st, const float *restrict s, int n, tpu_dtype dt) {
+    if (dt == TPU_F32 && st == 1) { memcpy(dst, s, (size_t)n * 4); return; }
+    EW_STORE_ALL(EW_CAST_I)
+}
+static EW_CLONES void ew_store_d(char *dst, int64_t st, const double *restrict s, int n, tpu_dtype dt) {
+    EW_STORE_ALL(EW_CAST_I)
+}
+static EW_CLONES void ew_store_i(char *dst, int64_t st, const int64_t *restrict s, int n, tpu_dtype dt) {
+    EW_STORE_ALL(EW_CAST_I)
+}
+
+/* ---- the tile walker ---- */
+
+static void *ew_buf(ew_ctx *c, ew_bufs *b, int k) {
+    return c->dom == EW_DOM_F ? (void *)b->f[k] : c->dom == EW_DOM_D ? (void *)b->d[k] : (void *)b->i[k];
+}
+
+static void ew_load(ew_ctx *c, void *d, const char *s, int64_t st, int n, tpu_dtype dt) {
+    if (c->dom == EW_DOM_F) ew_load_f(d, s, st, n, dt);
+    else if (c->dom == EW_DOM_D) ew_load_d(d, s, st, n, dt);
+    else ew_load_i(d, s, st, n, dt);
+}
+
+static void ew_prefill_scalars(ew_ctx *c, ew_bufs *b) {
+    for (int k = 1; k <= c->nin; k++) {
+        if (!c->scalar[k]) continue;
+        for (int i = 0; i < EW_TILE; i++) {
+            if (c->dom == EW_DOM_F) b->f[k][i] = (float)c->sf[k];
+            else if (c->dom == EW_DOM_D) b->d[k][i] = c->sf[k];
+            else b->i[k][i] = c->si[k];
+        }
+    }
+}
+
+/* Pointer to input k's tile: in place, or gathered into its buffer. */
+static const void *ew_input_tile(ew_ctx *c, ew_bufs *b, int k, const int64_t *off, int64_t inner,
+                                 int len, const char **cached) {
+    void *buf = ew_buf(c, b, k);
+    if (c->scalar[k]) return buf;
+    int64_t s = c->st[k][c->nd - 1];
+    const char *src = c->base[k] + (size_t)(off[k] + inner * s) * c->esz[k];
+    if (c->direct[k] && len == EW_TILE) return src;
+    if (s == 0) {
+        if (cached[k] != src) ew_load(c, buf, src, 0, EW_TILE, c->dt[k]);
+        cached[k] = src;
+        return buf;
+    }
+    ew_load(c, buf, src, s, len, c->dt[k]);
+    if (len < EW_TILE) {
+        size_t es = c->dom == EW_DOM_F ? 4 : 8;
+        memset((char *)buf + (size_t)len * es, 0, (size_t)(EW_TILE - len) * es);
+    }
+    return buf;
+}
+
+static void ew_compute_tile(ew_ctx *c, ew_bufs *b, const int64_t *off, int64_t inner, int len,
+                            int64_t pos, const char **cached) {
+    const void *in[3];
+    for (int j = 0; j < 3; j++)
+        in[j] = j < c->nin ? ew_input_tile(c, b, j + 1, off, inner, len, cached) : ew_buf(c, b, 3);
+    int64_t s0 = c->st[0][c->nd - 1];
+    char *dst = c->base[0] + (size_t)(off[0] + inner * s0) * c->esz[0];
+    bool odirect = c->direct[0] && len == EW_TILE;
+    void *o = odirect ? (void *)dst : ew_buf(c, b, 0);
+    if (c->op == TPU_OP_ARANGE) {
+        double *od = o;
+        for (int i = 0; i < len; i++) od[i] = c->par.fd[0] + (double)(pos + i) * c->par.fd[1];
+    } else if (c->dom == EW_DOM_F) {
+        ew_tile_f(c->op, c->nin, o, in[0], in[1], in[2], &c->par);
+    } else if (c->dom == EW_DOM_D) {
+        ew_tile_d(c->op, c->nin, o, in[0], in[1], in[2], &c->par);
+    } else {
+        int err = ew_tile_i(c->op, c->nin, o, in[0], in[1], in[2], len, &c->par);
+        if (err) { atomic_store_explicit(&c->err, err, memory_order_relaxed); return; }
+    }
+    if (odirect) return;
+    if (c->dom == EW_DOM_F) ew_store_f(dst, s0, o, len, c->dt[0]);
+    else if (c->dom == EW_DOM_D) ew_store_d(dst, s0, o, len, c->dt[0]);
+    else ew_store_i(dst, s0, o, len, c->dt[0]);
+}
+
+/* FILL: replicate the value's bytes along the row. */
+static void ew_fill_row(ew_ctx *c, const int64_t *off, int64_t inner, int64_t len) {
+    size_t es = c->esz[0];
+    int64_t s0 = c->st[0][c->nd - 1];
+    char *dst = c->base[0] + (size_t)(off[0] + inner * s0) * es;
+    if (s0 != 1) {
+        for (int64_t i = 0; i < len; i++) memcpy(dst + (size_t)(i * s0) * es, c->pattern, es);
+        return;
+    }
+    if (c->pattern_zero) { memset(dst, 0, (size_t)len * es); return; }
+    for (int64_t i = 0; i < len; i += EW_TILE) {
+        int64_t m = len - i < EW_TILE ? len - i : EW_TILE;
+        memcpy(dst + (size_t)i * es, c->pattern, (size_t)m * es);
+    }
+}
+
+/* COPY between equal dtypes: bytes only. */
+static void ew_copy_row(ew_ctx *c, const int64_t *off, int64_t inner, int64_t len) {
+    size_t es = c->esz[0];
+    int64_t s0 = c->st[0][c->nd - 1], s1 = c->st[1][c->nd - 1];
+    char *dst = c->base[0] + (size_t)(off[0] + inner * s0) * es;
+    const char *src = c->base[1] + (size_t)(off[1] + inner * s1) * es;
+    if (s0 == 1 && s1 == 1) { memmove(dst, src, (size_t)len * es); return; }
+    switch (es) {
+    case 1: for (int64_t i = 0; i < len; i++) dst[i * s0] = src[i * s1]; break;
+    case 2: for (int64_t i = 0; i < len; i++) ((uint16_t *)dst)[i * s0] = ((const uint16_t *)src)[i * s1]; break;
+    case 4: for (int64_t i = 0; i < len; i++) ((uint32_t *)dst)[i * s0] = ((const uint32_t *)src)[i * s1]; break;
+    default: for (int64_t i = 0; i < len; i++) ((uint64_t *)dst)[i * s0] = ((const uint64_t *)src)[i * s1]; break;
+    }
+}
+
+static bool ew_raw_copy(const ew_ctx *c) {
+    return c->op == TPU_OP_COPY && !c->scalar[1] && c->dt[0] == c->dt[1];
+}
+
+/* ---- transposing copy: x.t().contiguous() ---- */
+
+/* A raw copy whose output is contiguous along the last dim while the input
+ * is contiguous along the one before: copy EW_TT x EW_TT tiles so that both
+ * sides stay in cache, instead of a strided gather per output row. */
+#define EW_TT 32
+
+static bool ew_is_transpose(const ew_ctx *c) {
+    int nd = c->nd;
+    return ew_raw_copy(c) && nd >= 2 && c->st[0][nd - 1] == 1 && c->st[1][nd - 2] == 1 &&
+           c->st[1][nd - 1] > EW_TT && c->sz[nd - 1] >= EW_TT && c->sz[nd - 2] >= EW_TT;
+}
+
+#define EW_TILE_COPY(T)                                                                 \
+    for (int64_t i = i0; i < i1; i++) {                                               \
+        T *d = (T *)dst + (i - i0) * so;                                              \
+        const T *s = (const T *)src + (i - i0);                                       \
+        for (int64_t j = 0; j < nj; j++) d[j] = s[j * si];                            \
+    }                                                                                 \
+    break
+
+/* Tile t: outer index, row block, column block of the last two dims. */
+static void ew_transpose_tile(const ew_ctx *c, int64_t t) {
+    int nd = c->nd;
+    int64_t R = c->sz[nd - 2], C = c->sz[nd - 1];
+    int64_t nbr = (R + EW_TT - 1) / EW_TT, nbc = (C + EW_TT - 1) / EW_TT;
+    int64_t bc = t % nbc, br = (t / nbc) % nbr, outer = t / nbc / nbr;
+    int64_t off0 = 0, off1 = 0;
+    for (int d = nd - 3; d >= 0; d--) {
+        int64_t i = outer % c->sz[d];
+        outer /= c->sz[d];
+        off0 += i * c->st[0][d];
+        off1 += i * c->st[1][d];
+    }
+    int64_t i0 = br * EW_TT, i1 = i0 + EW_TT < R ? i0 + EW_TT : R, j0 = bc * EW_TT;
+    int64_t nj = C - j0 < EW_TT ? C - j0 : EW_TT, so = c->st[0][nd - 2], si = c->st[1][nd - 1];
+    size_t es = c->esz[0];
+    char *dst = c->base[0] + (size_t)(off0 + i0 * so + j0) * es;
+    const char *src = c->base[1] + (size_t)(off1 + i0 + j0 * si) * es;
+    switch (es) {
+    case 1: EW_TILE_COPY(uint8_t);
+    case 2: EW_TILE_COPY(uint16_t);
+    case 4: EW_TILE_COPY(uint32_t);
+    default: EW_TILE_COPY(uint64_t);
+    }
+}
+
+static void ew_transpose_tiles(void *ctx, int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; t++) ew_transpose_tile(ctx, t);
+}
+
+static void ew_transpose_copy(ew_ctx *c) {
+    int nd = c->nd;
+    int64_t R = c->sz[nd - 2], C = c->sz[nd - 1];
+    int64_t ntiles = c->numel / (R * C) * ((R + EW_TT - 1) / EW_TT) * ((C + EW_TT - 1) / EW_TT);
+    tpu_parallel_for(ntiles, EW_GRAIN / (EW_TT * EW_TT), ew_transpose_tiles, c);
+}
+
+/* Walk output elements [lo, hi) in row-major order, a chunk at a time. */
+static void ew_run_range(ew_ctx *c, ew_bufs *b, int64_t lo, int64_t hi) {
+    int nd = c->nd, nop = c->nin + 1;
+    int64_t n0 = c->sz[nd - 1], rest = lo / n0, inner = lo % n0;
+    int64_t idx[TPU_MAX_DIMS] = { 0 }, off[EW_NOP] = { 0 };
+    for (int d = nd - 2; d >= 0; d--) { idx[d] = rest % c->sz[d]; rest /= c->sz[d]; }
+    for (int k = 0; k < nop; k++)
+        for (int d = 0; d < nd - 1; d++) off[k] += idx[d] * c->st[k][d];
+    const char *cached[EW_NOP] = { 0 };
+    for (int64_t pos = lo; pos < hi;) {
+        int64_t len = n0 - inner < hi - pos ? n0 - inner : hi - pos;
+        if (len > c->chunk_max) len = c->chunk_max;
+        if (c->op == TPU_OP_FILL) ew_fill_row(c, off, inner, len);
+        else if (ew_raw_copy(c)) ew_copy_row(c, off, inner, len);
+        else ew_compute_tile(c, b, off, inner, (int)len, pos, cached);
+        pos += len;
+        inner += len;
+        if (inner < n0) continue;
+        inner = 0;
+        for (int d = nd - 2; d >= 0; d--) {
+            for (int k = 0; k < nop; k++) off[k] += c->st[k][d];
+            if (++idx[d] < c->sz[d]) break;
+            for (int k = 0; k < nop; k++) off[k] -= idx[d] * c->st[k][d];
+            idx[d] = 0;
+        }
+    }
+}
+
+static void ew_blocks(void *ctx, int64_t b0, int64_t b1) {
+    ew_ctx *c = ctx;
+    _Alignas(64) ew_bufs bufs;
+    ew_prefill_scalars(c, &bufs);
+    for (int64_t blk = b0; blk < b1; blk++) {
+        int64_t lo = blk * EW_GRAIN, hi = lo + EW_GRAIN < c->numel ? lo + EW_GRAIN : c->numel;
+        ew_run_range(c, &bufs, lo, hi);
+        if (atomic_load_explicit(&c->err, memory_order_relaxed)) return;
+    }
+}
+
+/* ---- setup ---- */
+
+/* Drop size-1 dims, merge dims contiguous across all operands. Returns numel. */
+static int64_t ew_coalesce(ew_ctx *c, const tpu_kargs *a) {
+    const tpu_tensor *o = &a->t[0];
+    int nop = c->nin + 1, nd = 0;
+    int64_t numel = 1;
+    for (int d = 0; d < o->ndim; d++) {
+        numel *= o->sizes[d];
+        if (o->sizes[d] == 1) continue;
+        for (int k = 0; k < nop; k++) {
+            const tpu_tensor *t = &a->t[k];
+            c->st[k][nd] = (c->scalar[k] || t->ndim != o->ndim) ? 0 : t->strides[d];
+        }
+        c->sz[nd] = o->sizes[d];
+        if (nd > 0) {
+            bool merge = true;
+            for (int k = 0; k < nop; k++)
+                merge = merge && c->st[k][nd - 1] == c->st[k][nd] * c->sz[nd];
+            if (merge) {
+                c->sz[nd - 1] *= c->sz[nd];
+                for (int k = 0; k < nop; k++) c->st[k][nd - 1] = c->st[k][nd];
+                continue;
+            }
+        }
+        nd++;
+    }
+    if (nd == 0) {
+        c->sz[0] = 1;
+        for (int k = 0; k < nop; k++) c->st[k][0] = 0;
+        nd = 1;
+    }
+    c->nd = nd;
+    return numel;
+}
+
+static void ew_setup_params(ew_ctx *c, const tpu_kargs *a) {
+    ew_par *p = &c->par;
+    for (int k = 0; k < 6; k++) {
+        p->ff[k] = (float)a->p.f[k];
+        p->fd[k] = a->p.f[k];
+        p->fi[k] = ew_d2i(a->p.f[k]);
+    }
+    p->i0 = a->p.i[0];
+    p->elu_neg_d = a->p.f[0] * a->p.f[1];
+    p->elu_neg_f = (float)p->elu_neg_d;
+    p->lo = a->p.i[0] ? p->fi[0] : INT64_MIN;
+    p->hi = a->p.i[1] ? p->fi[1] : INT64_MAX;
+    p->has_min = a->p.i[0] != 0;
+    p->has_max = a->p.i[1] != 0;
+    p->cbool = a->p.compute_dtype == TPU_BOOL;
+    p->exp_scalar = c->nin >= 2 && a->t[2].is_scalar;
+    p->pow_mode = EW_POW_GENERIC;
+    if (c->op == TPU_OP_POW && p->exp_scalar) {
+        double e = a->t[2].f;
+        p->pow_mode = e == 0.5 ? EW_POW_SQRT : e == -0.5 ? EW_POW_RSQRT : e == -1 ? EW_POW_RECIP
+                    : e == 2 ? EW_POW_SQ : e == 3 ? EW_POW_CUBE : e == -2 ? EW_POW_RSQ : EW_POW_GENERIC;
+    }
+}
+
+static tpu_status ew_setup_domain(ew_ctx *c, tpu_kargs *a) {
+    if (c->op == TPU_OP_FILL) return TPU_OK;
+    if (c->op == TPU_OP_ARANGE) { c->dom = EW_DOM_D; return TPU_OK; }
+    if (c->op == TPU_OP_COPY) {
+        tpu_dtype s = c->dt[1];
+        bool exact_f = s != TPU_F64 && !c->scalar[1];   /* float scalars arrive as double */
+        c->dom = !tpu_dtype_is_float(s) ? EW_DOM_I : exact_f ? EW_DOM_F : EW_DOM_D;
+        return TPU_OK;
+    }
+    tpu_dtype cdt = (tpu_dtype)a->p.compute_dtype;
+    if ((unsigned)cdt >= TPU_DTYPE_COUNT)
+        return tpu_kernel_fail(a, "%s: bad compute dtype %d", tpu_op_name(a->op), (int)cdt);
+    c->dom = cdt == TPU_F64 ? EW_DOM_D : tpu_dtype_is_float(cdt) ? EW_DOM_F
+           : ew_int_capable(a->op, a->p.i[0]) ? EW_DOM_I : EW_DOM_D;
+    if (c->dom != EW_DOM_I && ew_is_bitwise(a->op)) {
+        tpu_kernel_fail(a, "%s: not supported for floating point compute dtype", tpu_op_name(a->op));
+        return TPU_ERROR_NOT_SUPPORTED;
+    }
+    return TPU_OK;
+}
+
+/* FILL's value as EW_TILE copies of the output element's bytes. */
+static void ew_setup_fill(ew_ctx *c, const tpu_kargs *a) {
+    const tpu_tensor *s = &a->t[1];
+    tpu_dtype odt = c->dt[0];
+    unsigned char elem[8] = { 0 };
+    if (tpu_dtype_is_float(odt)) {
+        double v = s->is_scalar ? s->f : tpu_load_f64(tpu_elem_ptr(s, 0), (tpu_dtype)s->dtype);
+        tpu_store_f64(elem, odt, v);
+    } else {
+        int64_t v = s->is_scalar ? s->i : tpu_load_i64(tpu_elem_ptr(s, 0), (tpu_dtype)s->dtype);
+        tpu_store_i64(elem, odt, v);
+    }
+    size_t es = c->esz[0];
+    c->pattern_zero = true;
+    for (size_t k = 0; k < es; k++) c->pattern_zero = c->pattern_zero && elem[k] == 0;
+    for (int i = 0; i < EW_TILE; i++) memcpy(c->pattern + (size_t)i * es, elem, es);
+}
+
+/* Operand k is used in place when its inner stride is 1 and its dtype is
+ * the domain's own; the output also must not share storage with an input. */
+static void ew_setup_direct(ew_ctx *c, const tpu_kargs *a) {
+    tpu_dtype native = c->dom == EW_DOM_F ? TPU_F32 : c->dom == EW_DOM_D ? TPU_F64 : TPU_I64;
+    for (int k = 0; k <= c->nin; k++)
+        c->direct[k] = !c->scalar[k] && c->dt[k] == native && c->st[k][c->nd - 1] == 1;
+    for (int k = 1; k <= c->nin; k++)
+        if (!c->scalar[k] && a->t[k].base == a->t[0].base) c->direct[0] = false;
+}
+
+tpu_status tpu_k_elementwise(tpu_kargs *a) {
+    int nin = a->n - 1;
+    int nin_expected = a->op == TPU_OP_ARANGE ? 0 : a->op == TPU_OP_FILL || a->op == TPU_OP_COPY ? 1 : -1;
+    if (tpu_op_family_of(a->op) != TPU_FAM_EW || nin < 0 || nin > 3 ||
+        (nin_expected >= 0 && nin != nin_expected) || (nin_expected < 0 && nin < 1))
+        return tpu_kernel_fail(a, "%s: bad elementwise launch (%d operands)", tpu_op_name(a->op), a->n);
+    ew_ctx ctx;
+    memset(&ctx, 0, sizeof ctx);
+    ew_ctx *c = &ctx;
+    c->op = a->op;
+    c->nin = a->op == TPU_OP_FILL ? 0 : nin;  /* FILL's value goes into c->pattern */
+    for (int k = 0; k <= c->nin; k++) {
+        const tpu_tensor *t = &a->t[k];
+        c->dt[k] = (tpu_dtype)t->dtype;
+        c->esz[k] = tpu_dtype_size(c->dt[k]);
+        c->scalar[k] = t->is_scalar;
+        c->sf[k] = t->f;
+        c->si[k] = t->i;
+        c->base[k] = t->is_scalar ? NULL : (char *)t->base + (size_t)t->offset * c->esz[k];
+    }
+    tpu_status st = ew_setup_domain(c, a);
+    if (st != TPU_OK) return st;
+    c->numel = ew_coalesce(c, a);
+    if (c->numel == 0) return TPU_OK;
+    ew_setup_params(c, a);
+    ew_setup_direct(c, a);
+    c->chunk_max = EW_TILE;
+    if (c->op == TPU_OP_FILL) {
+        ew_setup_fill(c, a);
+        c->chunk_max = INT64_MAX;
+    } else if (ew_raw_copy(c)) {
+        c->chunk_max = INT64_MAX;
+    }
+    atomic_init(&c->err, EW_ERR_NONE);
+    if (ew_is_transpose(c)) {
+        ew_transpose_copy(c);
+        return TPU_OK;
+    }
+    tpu_parallel_for((c->numel + EW_GRAIN - 1) / EW_GRAIN, 1, ew_blocks, c);
+    switch (atomic_load(&c->err)) {
+    case EW_ERR_ZERODIV: return tpu_kernel_fail(a, "ZeroDivisionError");
+    case EW_ERR_NEGPOW: return tpu_kernel_fail(a, "Integers to negative integer powers are not allowed.");
+    default: return TPU_OK;
+    }
+}

@@ -1,0 +1,344 @@
+/* index.c - index_select, gather, scatter_add, index_add.
+ *
+ * All four walk an iteration shape S (out's for index_select, index's for
+ * gather/scatter_add, src's for index_add) and move one element per position
+ * between a destination and a source, one of which is addressed along `dim`
+ * by an index value j instead of the position's own coordinate k:
+ *   index_select  out[.., k, ..]  = x[.., j, ..]     j = index[k]
+ *   gather        out[.., k, ..]  = x[.., j, ..]     j = index[.., k, ..]
+ *   scatter_add   out[.., j, ..] += src[.., k, ..]   j = index[.., k, ..]
+ *   index_add     out[.., j, ..] += a*src[.., k, ..] j = index[k]
+ * Every index is checked before anything is written. Positions that differ
+ * outside `dim` never touch the same destination element, so work is split
+ * over (outer position, block of inner positions), and each item runs k in
+ * order: duplicate indices accumulate deterministically. */
+#include "kernels-impl.h"
+#include <stdbool.h>
+#include <string.h>
+
+#define IX_BLOCK 4096        /* inner positions per work item */
+#ifdef TPU_KERNELS_NO_CLONES
+#define IX_CLONES
+#else
+#define IX_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+
+typedef float vf8 __attribute__((vector_size(32)));
+typedef int32_t vi8 __attribute__((vector_size(32)));
+typedef uint32_t vu8 __attribute__((vector_size(32)));
+typedef uint16_t vh8 __attribute__((vector_size(16)));
+
+typedef struct ix_plan {
+    tpu_op op;
+    int nd, dim;
+    int64_t sizes[TPU_MAX_DIMS];                 /* iteration shape */
+    char *db;                                    /* destination storage */
+    const char *sb, *ib;                         /* source, index storage */
+    int64_t dst[TPU_MAX_DIMS], sst[TPU_MAX_DIMS], ist[TPU_MAX_DIMS];
+    int64_t doff, soff, ioff;
+    bool d_by_idx;                               /* dst (else src) addressed by j along dim */
+    bool var_idx;                                /* index varies with every position */
+    bool accumulate;
+    tpu_dtype dt, idt;
+    size_t es;
+    double alpha;
+    int64_t O, K, I, NB;                         /* outer, along dim, inner, inner blocks */
+} ix_plan;
+
+static inline int64_t ix_get(const char *ib, tpu_dtype idt, int64_t off)
+{
+    return idt == TPU_I64 ? ((const int64_t *)ib)[off] : ((const int32_t *)ib)[off];
+}
+
+/* dst[d] (+)= src[s] for one element of dtype p->dt. */
+static inline void ix_elem(const ix_plan *p, int64_t d, int64_t s)
+{
+    if (!p->accumulate) {
+        memcpy(p->db + (size_t)d * p->es, p->sb + (size_t)s * p->es, p->es);
+        return;
+    }
+    switch (p->dt) {
+    case TPU_F32: ((float *)p->db)[d] += (float)p->alpha * ((const float *)p->sb)[s]; break;
+    case TPU_F64: ((double *)p->db)[d] += p->alpha * ((const double *)p->sb)[s]; break;
+    case TPU_BF16: {
+        uint16_t *q = (uint16_t *)p->db + d;
+        *q = tpu_f32_to_bf16(tpu_bf16_to_f32(*q) + (float)p->alpha * tpu_bf16_to_f32(((const uint16_t *)p->sb)[s]));
+        break;
+    }
+    case TPU_F16: {
+        uint16_t *q = (uint16_t *)p->db + d;
+        *q = tpu_f32_to_f16(tpu_f16_to_f32(*q) + (float)p->alpha * tpu_f16_to_f32(((const uint16_t *)p->sb)[s]));
+        break;
+    }
+    case TPU_I64: ((int64_t *)p->db)[d] += (int64_t)p->alpha * ((const int64_t *)p->sb)[s]; break;
+    case TPU_I32: ((int32_t *)p->db)[d] += (int32_t)((int64_t)p->alpha * ((const int32_t *)p->sb)[s]); break;
+    case TPU_I16: ((int16_t *)p->db)[d] += (int16_t)((int64_t)p->alpha * ((const int16_t *)p->sb)[s]); break;
+    case TPU_I8: ((int8_t *)p->db)[d] += (int8_t)((int64_t)p->alpha * ((const int8_t *)p->sb)[s]); break;
+    case TPU_U8: ((uint8_t *)p->db)[d] += (uint8_t)((int64_t)p->alpha * ((const uint8_t *)p->sb)[s]); break;
+    default: break;
+    }
+}
+
+/* d += a*s over contiguous runs (embedding backward rows) */
+IX_CLONES static void ix_axpy_f32(float *d, const float *s, int64_t n, float a)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        vf8 x, y;
+        memcpy(&x, s + i, sizeof x);
+        memcpy(&y, d + i, sizeof y);
+        y += a * x;
+        memcpy(d + i, &y, sizeof y);
+    }
+    for (; i < n; i++) d[i] += a * s[i];
+}
+
+/* the same on bf16, each sum rounded to bf16 as in tpu_f32_to_bf16 */
+IX_CLONES static void ix_axpy_bf16(uint16_t *d, const uint16_t *s, int64_t n, float a)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        vh8 hs, hd;
+        memcpy(&hs, s + i, sizeof hs);
+        memcpy(&hd, d + i, sizeof hd);
+        vf8 x = (vf8)(__builtin_convertvector(hs, vu8) << 16), y = (vf8)(__builtin_convertvector(hd, vu8) << 16);
+        y += a * x;
+        vu8 u = (vu8)y;
+        vu8 r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+        vi8 nan = (vi8)((u & 0x7fffffffu) > 0x7f800000u);
+        r = (vu8)((nan & (vi8)((u >> 16) | 0x40u)) | (~nan & (vi8)r));
+        hd = __builtin_convertvector(r, vh8);
+        memcpy(d + i, &hd, sizeof hd);
+    }
+    for (; i < n; i++) d[i] = tpu_f32_to_bf16(tpu_bf16_to_f32(d[i]) + a * tpu_bf16_to_f32(s[i]));
+}
+
+/* A run of L positions along the last dim with a fixed j. */
+static void ix_run_const(const ix_plan *p, int64_t L, int64_t d, int64_t dl, int64_t s, int64_t sl)
+{
+    if (!p->accumulate && dl == 1 && sl == 1) {
+        memcpy(p->db + (size_t)d * p->es, p->sb + (size_t)s * p->es, (size_t)L * p->es);
+    } else if (p->accumulate && dl == 1 && sl == 1 && p->dt == TPU_F32) {
+        ix_axpy_f32((float *)p->db + d, (const float *)p->sb + s, L, (float)p->alpha);
+    } else if (p->accumulate && dl == 1 && sl == 1 && p->dt == TPU_BF16) {
+        ix_axpy_bf16((uint16_t *)p->db + d, (const uint16_t *)p->sb + s, L, (float)p->alpha);
+    } else if (p->accumulate && p->dt == TPU_F32) {
+        float *dp = (float *)p->db + d, al = (float)p->alpha;
+        const float *sp = (const float *)p->sb + s;
+        for (int64_t i = 0; i < L; i++) dp[i * dl] += al * sp[i * sl];
+    } else {
+        for (int64_t i = 0; i < L; i++) ix_elem(p, d + i * dl, s + i * sl);
+    }
+}
+
+/* A run of L positions along the last dim, j read per position. */
+static void ix_run_var(const ix_plan *p, int64_t L, int64_t d, int64_t dl, int64_t s, int64_t sl, int64_t ii,
+                       int64_t il)
+{
+    int64_t jd = p->d_by_idx ? p->dst[p->dim] : 0, js = p->d_by_idx ? 0 : p->sst[p->dim];
+    for (int64_t i = 0; i < L; i++) {
+        int64_t j = ix_get(p->ib, p->idt, ii + i * il);
+        ix_elem(p, d + i * dl + j * jd, s + i * sl + j * js);
+    }
+}
+
+static void ix_item(const ix_plan *p, int64_t o, int64_t ib, int64_t ie)
+{
+    int dim = p->dim, last = p->nd - 1;
+    int64_t od = p->doff, os = p->soff, oi = p->ioff, rem = o;
+    for (int d = dim - 1; d >= 0; d--) {
+        int64_t c = rem % p->sizes[d];
+        rem /= p->sizes[d];
+        od += c * p->dst[d];
+        os += c * p->sst[d];
+        oi += c * p->ist[d];
+    }
+    /* inner start: multi-index and offsets of position ib */
+    int64_t idx0[TPU_MAX_DIMS] = { 0 }, d0 = 0, s0 = 0, i0 = 0;
+    rem = ib;
+    for (int d = last; d > dim; d--) {
+        idx0[d] = rem % p->sizes[d];
+        rem /= p->sizes[d];
+        d0 += idx0[d] * p->dst[d];
+        s0 += idx0[d] * p->sst[d];
+        i0 += idx0[d] * p->ist[d];
+    }
+    for (int64_t k = 0; k < p->K; k++) {
+        int64_t ik = oi + k * p->ist[dim];
+        int64_t j = p->var_idx ? 0 : ix_get(p->ib, p->idt, ik);
+        int64_t dk = od + (p->d_by_idx ? j : k) * p->dst[dim];
+        int64_t sk = os + (p->d_by_idx ? k : j) * p->sst[dim];
+        if (dim == last) {
+            if (p->var_idx) ix_run_var(p, 1, dk, 0, sk, 0, ik, 0);
+            else ix_run_const(p, 1, dk, 0, sk, 0);
+            continue;
+        }
+        int64_t idx[TPU_MAX_DIMS], di = d0, si = s0, ii = i0;
+        memcpy(idx, idx0, sizeof idx);
+        for (int64_t pos = ib; pos < ie;) {
+            int64_t L = p->sizes[last] - idx[last];
+            if (L > ie - pos) L = ie - pos;
+            if (p->var_idx) ix_run_var(p, L, dk + di, p->dst[last], sk + si, p->sst[last], ik + ii, p->ist[last]);
+            else ix_run_const(p, L, dk + di, p->dst[last], sk + si, p->sst[last]);
+            pos += L;
+            idx[last] += L;
+            di += L * p->dst[last];
+            si += L * p->sst[last];
+            ii += L * p->ist[last];
+            for (int d = last; d > dim && idx[d] == p->sizes[d]; d--) {
+                di -= idx[d] * p->dst[d];
+                si -= idx[d] * p->sst[d];
+                ii -= idx[d] * p->ist[d];
+                idx[d] = 0;
+                if (d - 1 > dim) {
+                    idx[d - 1]++;
+                    di += p->dst[d - 1];
+                    si += p->sst[d - 1];
+                    ii += p->ist[d - 1];
+                }
+            }
+        }
+    }
+}
+
+static void ix_items(void *ctx, int64_t b, int64_t e)
+{
+    const ix_plan *p = ctx;
+    for (int64_t w = b; w < e; w++) {
+        int64_t o = w / p->NB, blk = w % p->NB;
+        int64_t ib = blk * IX_BLOCK, ie = ib + IX_BLOCK < p->I ? ib + IX_BLOCK : p->I;
+        ix_item(p, o, ib, ie);
+    }
+}
+
+/* A 0-dim tensor is seen as [1]. */
+static void ix_view(tpu_tensor *v, const tpu_tensor *t)
+{
+    *v = *t;
+    if (v->ndim == 0) {
+        v->ndim = 1;
+        v->sizes[0] = 1;
+        v->strides[0] = 0;
+    }
+}
+
+/* Check every index value is in [0, lim) before anything is written. */
+static tpu_status ix_check(tpu_kargs *a, const ix_plan *p, int64_t lim)
+{
+    int64_t n = 1;
+    for (int d = 0; d < p->nd; d++) n *= p->var_idx || d == p->dim ? p->sizes[d] : 1;
+    int64_t idx[TPU_MAX_DIMS] = { 0 }, off = p->ioff;
+    for (int64_t q = 0; q < n; q++) {
+        int64_t j = ix_get(p->ib, p->idt, off);
+        if (j < 0 || j >= lim) {
+            if (a->op == TPU_OP_INDEX_SELECT) return tpu_kernel_fail(a, "index out of range in self");
+            return tpu_kernel_fail(a, "index %lld is out of bounds for dimension %d with size %lld", (long long)j,
+                                   p->dim, (long long)lim);
+        }
+        for (int d = p->nd - 1; d >= 0; d--) {
+            if (!p->var_idx && d != p->dim) continue;
+            off += p->ist[d];
+            if (++idx[d] < p->sizes[d]) break;
+            off -= idx[d] * p->ist[d];
+            idx[d] = 0;
+        }
+    }
+    return TPU_OK;
+}
+
+/* PyTorch's shape rules; x is the tensor read (input, or src for the adds). */
+static tpu_status ix_check_shapes(tpu_kargs *a, const tpu_tensor *out, const tpu_tensor *x, const tpu_tensor *ix,
+                                  int dim, int64_t K)
+{
+    const char *name = tpu_op_name(a->op);
+    if (x->ndim != out->ndim)
+        return tpu_kernel_fail(a, "%s: operands have %d and %d dims", name, out->ndim, x->ndim);
+    for (int d = 0; d < out->ndim; d++) {
+        int64_t so = out->sizes[d], sx = x->sizes[d], si = ix->sizes[d];
+        bool ok;
+        switch (a->op) {
+        case TPU_OP_INDEX_SELECT: ok = d == dim ? so == K : so == sx; break;
+        case TPU_OP_INDEX_ADD: ok = d == dim ? sx == K : so == sx; break;
+        case TPU_OP_GATHER: ok = so == si && (d == dim || si <= sx); break;
+        default: ok = si <= sx && (d == dim || si <= so); break;          /* scatter_add */
+        }
+        if (!ok)
+            return tpu_kernel_fail(a, "%s: size mismatch at dim %d (out %lld, input %lld, index %lld)", name, d,
+                                   (long long)so, (long long)sx, (long long)si);
+    }
+    return TPU_OK;
+}
+
+tpu_status tpu_k_index(tpu_kargs *a)
+{
+    if (a->op < TPU_OP_INDEX_SELECT || a->op > TPU_OP_INDEX_ADD || a->n != 3)
+        return tpu_kernel_fail(a, "%s: not an index op or wrong operand count %d", tpu_op_name(a->op), a->n);
+    bool select_like = a->op == TPU_OP_INDEX_SELECT || a->op == TPU_OP_INDEX_ADD;
+    bool scatter = a->op == TPU_OP_SCATTER_ADD || a->op == TPU_OP_INDEX_ADD;
+    tpu_tensor out, ix, x;             /* x: the read tensor (input for select/gather, src for the adds) */
+    ix_view(&out, &a->t[0]);
+    ix_view(&ix, &a->t[scatter ? 1 : 2]);
+    ix_view(&x, &a->t[scatter ? 2 : 1]);
+    const char *name = tpu_op_name(a->op);
+    int64_t dim = a->p.i[0];
+    if (dim < 0 || dim >= out.ndim)
+        return tpu_kernel_fail(a, "%s: dim %lld out of range for a %d-d tensor", name, (long long)dim, a->t[0].ndim);
+    if (ix.dtype != TPU_I64 && ix.dtype != TPU_I32)
+        return tpu_kernel_fail(a, "%s: index must be int64 or int32, got %s", name, tpu_dtype_name((tpu_dtype)ix.dtype));
+    if (out.dtype != x.dtype)
+        return tpu_kernel_fail(a, "%s: dtypes %s and %s differ", name, tpu_dtype_name((tpu_dtype)out.dtype),
+                               tpu_dtype_name((tpu_dtype)x.dtype));
+    if (scatter && (out.dtype == TPU_BOOL || out.dtype >= TPU_DTYPE_COUNT)) {
+        tpu_kernel_fail(a, "%s: dtype %s not supported", name, tpu_dtype_name((tpu_dtype)out.dtype));
+        return TPU_ERROR_NOT_SUPPORTED;
+    }
+    if (select_like && a->t[scatter ? 1 : 2].ndim > 1)
+        return tpu_kernel_fail(a, "%s: index must be 0-d or 1-d", name);
+    if (!select_like && ix.ndim != out.ndim)
+        return tpu_kernel_fail(a, "%s: index has %d dims, expected %d", name, ix.ndim, out.ndim);
+    int64_t K = select_like ? ix.sizes[0] : 0;
+    tpu_status st = ix_check_shapes(a, &out, &x, &ix, (int)dim, K);
+    if (st != TPU_OK) return st;
+
+    ix_plan p;
+    memset(&p, 0, sizeof p);
+    p.op = a->op;
+    p.nd = out.ndim;
+    p.dim = (int)dim;
+    p.d_by_idx = scatter;
+    p.var_idx = !select_like;
+    p.accumulate = scatter;
+    p.dt = (tpu_dtype)out.dtype;
+    p.idt = (tpu_dtype)ix.dtype;
+    p.es = tpu_dtype_size(p.dt);
+    p.alpha = a->op == TPU_OP_INDEX_ADD ? a->p.f[0] : 1.0;
+    const tpu_tensor *shape = a->op == TPU_OP_INDEX_SELECT ? &out : a->op == TPU_OP_INDEX_ADD ? &x : &ix;
+    const tpu_tensor *rd = &x;         /* the tensor read (src side) */
+    p.db = out.base;
+    p.sb = rd->base;
+    p.ib = ix.base;
+    p.doff = out.offset;
+    p.soff = rd->offset;
+    p.ioff = ix.offset;
+    int64_t numel = 1;
+    for (int d = 0; d < p.nd; d++) {
+        p.sizes[d] = shape->sizes[d];
+        p.dst[d] = out.strides[d];
+        p.sst[d] = rd->strides[d];
+        p.ist[d] = select_like ? (d == dim ? ix.strides[0] : 0) : ix.strides[d];
+        numel *= p.sizes[d];
+    }
+    if (numel == 0) return TPU_OK;
+    st = ix_check(a, &p, scatter ? out.sizes[dim] : x.sizes[dim]);
+    if (st != TPU_OK) return st;
+
+    p.K = p.sizes[dim];
+    p.O = 1;
+    for (int d = 0; d < dim; d++) p.O *= p.sizes[d];
+    p.I = numel / p.O / p.K;
+    p.NB = (p.I + IX_BLOCK - 1) / IX_BLOCK;
+    int64_t per_item = p.K * (p.I < IX_BLOCK ? p.I : IX_BLOCK);
+    int64_t grain = per_item >= 16384 ? 1 : 16384 / per_item;
+    tpu_parallel_for(p.O * p.NB, grain, ix_items, &p);
+    return TPU_OK;
+}

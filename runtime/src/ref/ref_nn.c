@@ -1,0 +1,372 @@
+/* ref_nn.c - reference kernels for softmax, loss, norm, index and optimizer
+ * ops: the oracle the fast kernels are tested against.
+ *
+ * Naive on purpose: one element at a time through tpu_load_f64 /
+ * tpu_store_f64, every offset computed from a full multi-index, all
+ * arithmetic and accumulation in double, serial. Never optimize this file;
+ * its value is that it is obviously right. */
+#include "../kernels/kernels-impl.h"
+#include <math.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- helpers ---- */
+
+static int64_t ref_off(const tpu_tensor *t, const int64_t *idx)
+{
+    int64_t off = t->offset;
+    for (int d = 0; d < t->ndim; d++) off += idx[d] * t->strides[d];
+    return off;
+}
+
+static void *ref_ptr(const tpu_tensor *t, int64_t off)
+{
+    return (char *)t->base + (size_t)off * tpu_dtype_size((tpu_dtype)t->dtype);
+}
+
+static double ref_get(const tpu_tensor *t, const int64_t *idx)
+{
+    if (t->is_scalar) return t->f;
+    return tpu_load_f64(ref_ptr(t, ref_off(t, idx)), (tpu_dtype)t->dtype);
+}
+
+static void ref_set(const tpu_tensor *t, const int64_t *idx, double v)
+{
+    tpu_store_f64(ref_ptr(t, ref_off(t, idx)), (tpu_dtype)t->dtype, v);
+}
+
+/* Element number `lin` of t in row-major order (a multi-index into idx). */
+static void ref_unravel(const tpu_tensor *t, int64_t lin, int64_t *idx)
+{
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        idx[d] = lin % t->sizes[d];
+        lin /= t->sizes[d];
+    }
+}
+
+static int64_t ref_numel(const tpu_tensor *t)
+{
+    int64_t n = 1;
+    for (int d = 0; d < t->ndim; d++) n *= t->sizes[d];
+    return n;
+}
+
+static double ref_linear(const tpu_tensor *t, int64_t i)     /* element i of a contiguous tensor */
+{
+    if (t->is_scalar) return t->f;
+    return tpu_load_f64(ref_ptr(t, t->offset + i), (tpu_dtype)t->dtype);
+}
+
+static void ref_set_linear(const tpu_tensor *t, int64_t i, double v)
+{
+    tpu_store_f64(ref_ptr(t, t->offset + i), (tpu_dtype)t->dtype, v);
+}
+
+/* ---- softmax family ---- */
+
+tpu_status tpu_ref_softmax(tpu_kargs *a)
+{
+    const tpu_tensor *out = &a->t[0], *in0 = &a->t[1], *in1 = a->n > 2 ? &a->t[2] : NULL;
+    int nd = out->ndim;
+    int dim = (int)a->p.i[0];
+    if (dim < 0 || dim >= (nd > 0 ? nd : 1))
+        return tpu_kernel_fail(a, "%s: dim %d out of range for a %d-d tensor", tpu_op_name(a->op), dim, nd);
+    int64_t numel = ref_numel(out);
+    if (numel == 0) return TPU_OK;
+    int64_t D = nd > 0 ? out->sizes[dim] : 1;
+    int64_t idx[TPU_MAX_DIMS] = { 0 };
+    double *x = malloc((size_t)D * sizeof *x), *y = malloc((size_t)D * sizeof *y);
+    if (!x || !y) {
+        free(x);
+        free(y);
+        return tpu_kernel_fail(a, "%s: out of host memory", tpu_op_name(a->op));
+    }
+    for (int64_t l = 0; l < numel; l++) {
+        ref_unravel(out, l, idx);
+        if (nd > 0 && idx[dim] != 0) continue;         /* one visit per line */
+        for (int64_t i = 0; i < D; i++) {
+            if (nd > 0) idx[dim] = i;
+            x[i] = ref_get(in0, idx);
+            y[i] = in1 ? ref_get(in1, idx) : 0;
+        }
+        double m = -INFINITY, s = 0;
+        for (int64_t i = 0; i < D; i++) if (x[i] > m) m = x[i];
+        for (int64_t i = 0; i < D; i++) {
+            switch (a->op) {
+            case TPU_OP_SOFTMAX:
+            case TPU_OP_LOG_SOFTMAX: s += exp(x[i] - m); break;
+            case TPU_OP_SOFTMAX_BWD: s += x[i] * y[i]; break;     /* x = grad, y = output */
+            default: s += x[i]; break;
+            }
+        }
+        for (int64_t i = 0; i < D; i++) {
+            if (nd > 0) idx[dim] = i;
+            double v;
+            switch (a->op) {
+            case TPU_OP_SOFTMAX: v = exp(x[i] - m) / s; break;
+            case TPU_OP_LOG_SOFTMAX: v = x[i] - m - log(s); break;
+            case TPU_OP_SOFTMAX_BWD: v = y[i] * (x[i] - s); break;
+            default: v = x[i] - exp(y[i]) * s; break;
+            }
+            ref_set(out, idx, v);
+        }
+    }
+    free(x);
+    free(y);
+    return TPU_OK;
+}
+
+/* ---- nll loss ---- */
+
+tpu_status tpu_ref_loss(tpu_kargs *a)
+{
+    bool fwd = a->op == TPU_OP_NLL_LOSS;
+    const tpu_tensor *x = fwd ? &a->t[2] : &a->t[0];           /* x, or grad_x (same shape) */
+    const tpu_tensor *tg = fwd ? &a->t[3] : &a->t[2];
+    const tpu_tensor *w = a->n == 5 ? &a->t[4] : NULL;
+    int64_t reduction = a->p.i[0], ignore = a->p.i[1];
+    bool two = x->ndim == 2;
+    int64_t N = two ? x->sizes[0] : 1, C = two ? x->sizes[1] : x->sizes[0];
+    int64_t idx[2], z[1] = { 0 };
+    for (int64_t n = 0; n < N; n++) {
+        int64_t ti[1] = { n };
+        int64_t t = tg->is_scalar ? tg->i : tpu_load_i64(ref_ptr(tg, ref_off(tg, ti)), (tpu_dtype)tg->dtype);
+        if (t != ignore && (t < 0 || t >= C)) return tpu_kernel_fail(a, "Target %lld is out of bounds.", (long long)t);
+    }
+    if (fwd) {
+        const tpu_tensor *loss = &a->t[0], *tw_out = &a->t[1];
+        double total = 0, tw = 0;
+        for (int64_t n = 0; n < N; n++) {
+            int64_t ti[1] = { n };
+            int64_t t = tg->is_scalar ? tg->i : tpu_load_i64(ref_ptr(tg, ref_off(tg, ti)), (tpu_dtype)tg->dtype);
+            double l = 0, wt = 0;
+            if (t != ignore) {
+                idx[0] = two ? n : t;
+                idx[1] = t;
+                wt = w ? ref_linear(w, t) : 1.0;
+                l = -wt * ref_get(x, idx);
+            }
+            if (reduction == 0 && two) {
+                ref_set(loss, ti, l);
+            } else {
+                total += l;
+                tw += wt;
+            }
+        }
+        if (reduction == 0 && two) {
+            ref_set(tw_out, z, 0.0);
+        } else {
+            ref_set(loss, z, reduction == 1 ? total / tw : total);
+            ref_set(tw_out, z, tw);
+        }
+        return TPU_OK;
+    }
+    const tpu_tensor *gout = &a->t[1], *twt = &a->t[3];
+    for (int64_t n = 0; n < N; n++) {
+        for (int64_t c = 0; c < C; c++) {
+            idx[0] = two ? n : c;
+            idx[1] = c;
+            ref_set(x, idx, 0.0);
+        }
+    }
+    for (int64_t n = 0; n < N; n++) {
+        int64_t ti[1] = { n };
+        int64_t t = tg->is_scalar ? tg->i : tpu_load_i64(ref_ptr(tg, ref_off(tg, ti)), (tpu_dtype)tg->dtype);
+        if (t == ignore) continue;
+        double g = reduction == 0 && two ? ref_get(gout, ti) : ref_get(gout, z);
+        if (reduction == 1) g = g / ref_get(twt, z);
+        idx[0] = two ? n : t;
+        idx[1] = t;
+        ref_set(x, idx, -(w ? ref_linear(w, t) : 1.0) * g);
+    }
+    return TPU_OK;
+}
+
+/* ---- layer norm ---- */
+
+/* x's element (row r, column j) with rows of M consecutive row-major elements */
+static void ref_rc(const tpu_tensor *x, int64_t M, int64_t r, int64_t j, int64_t *idx)
+{
+    ref_unravel(x, r * M + j, idx);
+}
+
+static tpu_status ref_ln_fwd(tpu_kargs *a)
+{
+    const tpu_tensor *y = &a->t[0], *mean_t = &a->t[1], *rstd_t = &a->t[2], *x = &a->t[3];
+    int64_t M = a->p.i[0];
+    bool has_w = a->p.i[1] != 0, has_b = a->p.i[2] != 0;
+    const tpu_tensor *w = has_w ? &a->t[4] : NULL, *b = has_b ? &a->t[4 + has_w] : NULL;
+    int64_t rows = 1, prod = 1;
+    int lead = x->ndim;                 /* leading dims: the trailing ones multiply to M */
+    while (prod != M && lead > 0) prod *= x->sizes[--lead];
+    for (int d = 0; d < lead; d++) rows *= x->sizes[d];
+    int64_t idx[TPU_MAX_DIMS];
+    for (int64_t r = 0; r < rows; r++) {
+        double s = 0, ss = 0;
+        for (int64_t j = 0; j < M; j++) {
+            ref_rc(x, M, r, j, idx);
+            s += ref_get(x, idx);
+        }
+        double mean = M > 0 ? s / (double)M : 0.0;
+        for (int64_t j = 0; j < M; j++) {
+            ref_rc(x, M, r, j, idx);
+            double d = ref_get(x, idx) - mean;
+            ss += d * d;
+        }
+        double rstd = M > 0 ? 1.0 / sqrt(ss / (double)M + a->p.f[0]) : NAN;
+        ref_set_linear(mean_t, r, mean);
+        ref_set_linear(rstd_t, r, rstd);
+        for (int64_t j = 0; j < M; j++) {
+            ref_rc(x, M, r, j, idx);
+            double v = (ref_get(x, idx) - mean) * rstd;
+            if (w) v *= ref_linear(w, j);
+            if (b) v += ref_linear(b, j);
+            ref_set(y, idx, v);
+        }
+    }
+    return TPU_OK;
+}
+
+static tpu_status ref_ln_bwd(tpu_kargs *a)
+{
+    const tpu_tensor *dx = &a->t[0], *dw = &a->t[1], *db = &a->t[2];
+    const tpu_tensor *g = &a->t[3], *x = &a->t[4], *mean_t = &a->t[5], *rstd_t = &a->t[6];
+    const tpu_tensor *w = a->n == 8 ? &a->t[7] : NULL;
+    int64_t M = a->p.i[0];
+    if (M == 0) return TPU_OK;
+    int64_t rows = ref_numel(x) / M;
+    double *sw = calloc((size_t)M, sizeof *sw), *sb = calloc((size_t)M, sizeof *sb);
+    if (!sw || !sb) {
+        free(sw);
+        free(sb);
+        return tpu_kernel_fail(a, "layer_norm_backward: out of host memory");
+    }
+    int64_t idx[TPU_MAX_DIMS];
+    for (int64_t r = 0; r < rows; r++) {
+        double mean = ref_linear(mean_t, r), rstd = ref_linear(rstd_t, r);
+        double s1 = 0, s2 = 0;
+        for (int64_t j = 0; j < M; j++) {
+            ref_rc(x, M, r, j, idx);
+            double gj = ref_get(g, idx), xh = (ref_get(x, idx) - mean) * rstd;
+            double gw = w ? gj * ref_linear(w, j) : gj;
+            s1 += gw;
+            s2 += gw * xh;
+            sw[j] += gj * xh;
+            sb[j] += gj;
+        }
+        if (dx->is_scalar) continue;
+        for (int64_t j = 0; j < M; j++) {
+            ref_rc(x, M, r, j, idx);
+            double gj = ref_get(g, idx), xh = (ref_get(x, idx) - mean) * rstd;
+            double gw = w ? gj * ref_linear(w, j) : gj;
+            ref_set(dx, idx, rstd * (gw - s1 / (double)M - xh * s2 / (double)M));
+        }
+    }
+    for (int64_t j = 0; j < M; j++) {
+        if (!dw->is_scalar) ref_set_linear(dw, j, sw[j]);
+        if (!db->is_scalar) ref_set_linear(db, j, sb[j]);
+    }
+    free(sw);
+    free(sb);
+    return TPU_OK;
+}
+
+tpu_status tpu_ref_norm(tpu_kargs *a)
+{
+    if (a->op == TPU_OP_LAYER_NORM) return ref_ln_fwd(a);
+    return ref_ln_bwd(a);
+}
+
+/* ---- index ops ---- */
+
+static int64_t ref_index_at(const tpu_tensor *ix, const int64_t *idx)
+{
+    return tpu_load_i64(ref_ptr(ix, ref_off(ix, idx)), (tpu_dtype)ix->dtype);
+}
+
+/* dst[di] += alpha * src[si], in double (int64 for integer dtypes) */
+static void ref_accumulate(const tpu_tensor *dst, const int64_t *di, const tpu_tensor *src, const int64_t *si,
+                           double alpha)
+{
+    void *dp = ref_ptr(dst, ref_off(dst, di)), *sp = ref_ptr(src, ref_off(src, si));
+    tpu_dtype dt = (tpu_dtype)dst->dtype;
+    if (tpu_dtype_is_float(dt)) {
+        tpu_store_f64(dp, dt, tpu_load_f64(dp, dt) + alpha * tpu_load_f64(sp, dt));
+    } else {
+        tpu_store_i64(dp, dt, tpu_load_i64(dp, dt) + (int64_t)alpha * tpu_load_i64(sp, dt));
+    }
+}
+
+tpu_status tpu_ref_index(tpu_kargs *a)
+{
+    const tpu_tensor *out = &a->t[0];
+    int dim = (int)a->p.i[0];
+    bool scatter = a->op == TPU_OP_SCATTER_ADD || a->op == TPU_OP_INDEX_ADD;
+    const tpu_tensor *ix = &a->t[scatter ? 1 : 2], *x = &a->t[scatter ? 2 : 1];
+    /* the iteration tensor: its multi-index addresses every element once */
+    const tpu_tensor *it = a->op == TPU_OP_INDEX_SELECT ? out : a->op == TPU_OP_INDEX_ADD ? x : ix;
+    bool one_d = a->op == TPU_OP_INDEX_SELECT || a->op == TPU_OP_INDEX_ADD;
+    int64_t lim = out->ndim == 0 ? 1 : scatter ? out->sizes[dim] : x->sizes[dim];
+    int64_t n = ref_numel(it), idx[TPU_MAX_DIMS] = { 0 }, jdx[TPU_MAX_DIMS];
+    for (int pass = 0; pass < 2; pass++) {               /* pass 0 checks, pass 1 writes */
+        for (int64_t l = 0; l < n; l++) {
+            ref_unravel(it, l, idx);
+            int64_t k = it->ndim ? idx[dim] : 0;
+            int64_t ki[1] = { k };
+            int64_t j = one_d ? ref_index_at(ix, ix->ndim ? ki : idx) : ref_index_at(ix, idx);
+            if (pass == 0) {
+                if (j >= 0 && j < lim) continue;
+                if (a->op == TPU_OP_INDEX_SELECT) return tpu_kernel_fail(a, "index out of range in self");
+                return tpu_kernel_fail(a, "index %lld is out of bounds for dimension %d with size %lld",
+                                       (long long)j, dim, (long long)lim);
+            }
+            memcpy(jdx, idx, sizeof jdx);
+            if (it->ndim) jdx[dim] = j;
+            switch (a->op) {
+            case TPU_OP_INDEX_SELECT:
+            case TPU_OP_GATHER:                         /* out[idx] = x[idx with dim = j] */
+                if (tpu_dtype_is_float((tpu_dtype)out->dtype))
+                    ref_set(out, idx, ref_get(x, jdx));
+                else
+                    tpu_store_i64(ref_ptr(out, ref_off(out, idx)), (tpu_dtype)out->dtype,
+                                  tpu_load_i64(ref_ptr(x, ref_off(x, jdx)), (tpu_dtype)x->dtype));
+                break;
+            case TPU_OP_SCATTER_ADD:                    /* out[idx with dim = j] += src[idx] */
+                ref_accumulate(out, jdx, x, idx, 1.0);
+                break;
+            default:                                    /* index_add */
+                ref_accumulate(out, jdx, x, idx, a->p.f[0]);
+                break;
+            }
+        }
+    }
+    return TPU_OK;
+}
+
+/* ---- AdamW ---- */
+
+tpu_status tpu_ref_optim(tpu_kargs *a)
+{
+    if (a->p.i[1] != 0) {
+        tpu_kernel_fail(a, "adamw_step: amsgrad is not supported");
+        return TPU_ERROR_NOT_SUPPORTED;
+    }
+    const tpu_tensor *p = &a->t[0], *m = &a->t[1], *v = &a->t[2], *g = &a->t[3];
+    double lr = a->p.f[0], b1 = a->p.f[1], b2 = a->p.f[2], eps = a->p.f[3], wd = a->p.f[4];
+    double step = (double)a->p.i[0];
+    double bc1 = 1.0 - pow(b1, step), bc2 = 1.0 - pow(b2, step);
+    int64_t n = ref_numel(p), idx[TPU_MAX_DIMS];
+    for (int64_t l = 0; l < n; l++) {
+        ref_unravel(p, l, idx);
+        double pv = ref_get(p, idx), mv = ref_get(m, idx), vv = ref_get(v, idx), gv = ref_get(g, idx);
+        pv *= 1.0 - lr * wd;
+        mv = mv + (1.0 - b1) * (gv - mv);
+        vv = vv * b2 + (1.0 - b2) * gv * gv;
+        pv -= lr / bc1 * mv / (sqrt(vv) / sqrt(bc2) + eps);
+        ref_set(p, idx, pv);
+        ref_set(m, idx, mv);
+        ref_set(v, idx, vv);
+    }
+    return TPU_OK;
+}

@@ -1,0 +1,57 @@
+"""Shared fixtures: every test runs in each eager mode, with a leak check.
+
+Modes: "debug" (synchronous) and "strict" (asynchronous). Fused Eager plugs
+in here once it exists (add it to EAGER_MODES).
+"""
+import gc
+
+import pytest
+import torch
+import torch_tpu
+
+EAGER_MODES = ["debug", "strict"]
+
+
+@pytest.fixture(params=EAGER_MODES, autouse=True)
+def eager_mode(request):
+    torch_tpu.set_eager_mode(request.param)
+    yield request.param
+    torch.tpu.synchronize()
+    torch_tpu.set_eager_mode("strict")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    if rep.when == "call":
+        item.call_failed = rep.failed
+
+
+@pytest.fixture(autouse=True)
+def no_leak(request):
+    """After a test's tensors are freed, memory_allocated is back where it started."""
+    gc.collect()
+    torch.tpu.synchronize()
+    before = torch.tpu.memory_allocated()
+    yield
+    gc.collect()
+    torch.tpu.synchronize()
+    after = torch.tpu.memory_allocated()
+    if getattr(request.node, "call_failed", False):
+        return   # a failed test's traceback keeps its tensors alive: not a leak
+    assert after == before, f"tpu memory leak: {after - before} bytes still allocated after {request.node.name}"
+
+
+def assert_close(tpu_result, cpu_result, **kw):
+    """Compare a tpu result with the CPU oracle: values, dtype, shape, NaN positions."""
+    if isinstance(tpu_result, (tuple, list)):
+        assert len(tpu_result) == len(cpu_result)
+        for a, b in zip(tpu_result, cpu_result):
+            assert_close(a, b, **kw)
+        return
+    if not isinstance(tpu_result, torch.Tensor):
+        assert tpu_result == cpu_result
+        return
+    assert tpu_result.device.type == "tpu", f"result on {tpu_result.device}, expected tpu"
+    torch.testing.assert_close(tpu_result.cpu(), cpu_result, equal_nan=True, **kw)

@@ -1,0 +1,174 @@
+"""Bad input and faults: clear errors in PyTorch's wording; the device keeps working."""
+import multiprocessing as mp
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+import torch
+import torch_tpu
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def run_py(code, env=None, timeout=120):
+    e = dict(os.environ)
+    e.update(env or {})
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=e,
+                          timeout=timeout)
+
+
+def test_oom_is_recoverable():
+    r = run_py("""
+        import torch
+        base = torch.tpu.memory_allocated()
+        x = torch.ones(1024, 1024, device="tpu")            # 4 MiB of a 64 MiB chip
+        try:
+            torch.empty(100 * 1024 * 1024, device="tpu")     # 400 MiB
+        except torch.OutOfMemoryError as e:
+            msg = str(e)
+            assert "out of memory" in msg and "Tried to allocate" in msg, msg
+            assert "64.00 MiB" in msg, msg                    # the capacity
+        else:
+            raise SystemExit("no OOM")
+        assert torch.tpu.memory_stats()["num_ooms"] == 1
+        del x
+        assert torch.tpu.memory_allocated() == base
+        y = torch.ones(1000, device="tpu") * 2               # the device keeps working
+        assert y.sum().item() == 2000
+        print("ok")
+    """, env={"TPU_HBM_BYTES": str(64 << 20)})
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr
+
+
+def test_mixed_devices():
+    t = torch.ones(3, device="tpu")
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        t + torch.ones(3)
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        torch.mm(torch.ones(2, 3, device="tpu"), torch.ones(3, 2))
+    assert (t + torch.tensor(2.0)).cpu().tolist() == [3.0, 3.0, 3.0]     # 0-dim CPU tensor is a scalar
+    assert (t * torch.tensor(2)).cpu().tolist() == [2.0, 2.0, 2.0]
+
+
+def test_size_overflow():
+    with pytest.raises(RuntimeError, match="overflow|too large|Storage size"):
+        torch.empty(2**62, 2**62, device="tpu")
+    with pytest.raises(RuntimeError):
+        torch.empty(-1, device="tpu")
+    assert torch.ones(2, device="tpu").sum().item() == 2
+
+
+def test_async_kernel_error_surfaces_and_device_recovers(eager_mode):
+    x = torch.randn(10, 4, device="tpu")
+    bad = torch.tensor([1, 99], device="tpu")
+    if eager_mode == "debug":
+        with pytest.raises(RuntimeError, match="index_select.*index out of range"):
+            torch.index_select(x, 0, bad)
+    else:
+        y = torch.index_select(x, 0, bad)           # queued; fails when it runs
+        with pytest.raises(RuntimeError, match="index_select.*index out of range"):
+            torch.tpu.synchronize()
+        del y
+    z = (x * 2).sum()                               # later work still runs
+    assert z.item() == pytest.approx(x.sum().item() * 2, rel=1e-5)
+    t = torch.tensor([0, 7], device="tpu")
+    logits = torch.randn(2, 5, device="tpu")
+    with pytest.raises(RuntimeError, match="Target 7 is out of bounds"):
+        torch.nn.functional.cross_entropy(logits, t).item()
+    assert torch.ones(3, device="tpu").sum().item() == 3
+
+
+def test_fallback_counted_and_can_be_disabled():
+    torch_tpu.reset_fallback_counts()
+    x = torch.tensor([3.0, 1.0, 2.0], device="tpu")
+    s = torch.sort(x).values
+    counts = torch_tpu.fallback_counts()
+    assert sum(counts.values()) >= 1 and any("sort" in k for k in counts), counts
+    assert s.device.type == "tpu" and s.cpu().tolist() == [1.0, 2.0, 3.0]
+    torch_tpu.set_cpu_fallback_enabled(False)
+    try:
+        with pytest.raises(NotImplementedError, match="sort.*tpu"):
+            torch.sort(x)
+    finally:
+        torch_tpu.set_cpu_fallback_enabled(True)
+
+
+def test_fallback_warns_once():
+    r = run_py("""
+        import warnings, torch, torch_tpu
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            x = torch.tensor([3.0, 1.0], device="tpu")
+            torch.sort(x); torch.sort(x)
+        msgs = [str(m.message) for m in w if "fall back to run on the CPU" in str(m.message)]
+        print(len(msgs), sum(torch_tpu.fallback_counts().values()))
+    """)
+    assert r.stdout.split()[:2] == ["1", "2"], r.stdout + r.stderr
+
+
+def test_fallback_env_var():
+    r = run_py("""
+        import torch
+        try:
+            torch.sort(torch.ones(3, device="tpu"))
+        except NotImplementedError as e:
+            print("NIE", e)
+    """, env={"TORCH_TPU_CPU_FALLBACK": "0"})
+    assert "NIE" in r.stdout and "sort" in r.stdout, r.stdout + r.stderr
+
+
+def test_forked_child_cannot_reinit():
+    r = run_py("""
+        import os, torch
+        x = torch.ones(2, device="tpu") + 1
+        pid = os.fork()
+        if pid == 0:
+            try:
+                torch.ones(2, device="tpu") + 1
+                os._exit(3)
+            except RuntimeError as e:
+                os._exit(0 if "Cannot re-initialize TPU in forked subprocess" in str(e) else 4)
+        _, status = os.waitpid(pid, 0)
+        print("child", os.waitstatus_to_exitcode(status))
+    """)
+    assert "child 0" in r.stdout, r.stdout + r.stderr
+
+
+def _spawn_worker(q):
+    import torch
+    q.put((torch.ones(3, device="tpu") * 2).sum().item())
+
+
+def test_spawn_works():
+    torch.ones(1, device="tpu")
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    p = ctx.Process(target=_spawn_worker, args=(q,))
+    p.start()
+    p.join(120)
+    assert p.exitcode == 0 and q.get(timeout=5) == 6.0
+
+
+def test_four_threads():
+    results, errors = {}, []
+
+    def work(i):
+        try:
+            torch.manual_seed(i)
+            a = torch.randn(64, 64)
+            b = torch.randn(64, 64)
+            for _ in range(10):
+                got = (a.tpu() @ b.tpu() + i).relu().sum(0).cpu()
+            results[i] = torch.allclose(got, (a @ b + i).relu().sum(0), atol=1e-3, rtol=1e-4)
+        except Exception as e:   # noqa: BLE001 - reported below
+            errors.append(repr(e))
+
+    ts = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors and all(results.values()) and len(results) == 4

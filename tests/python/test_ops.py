@@ -1,0 +1,333 @@
+"""Native tpu kernels against the CPU oracle: odd shapes, broadcasting,
+non-contiguous views, empty tensors, several dtypes, NaN/Inf, and no CPU fallback."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+import torch_tpu
+from conftest import assert_close
+
+
+@pytest.fixture(autouse=True)
+def native_only():
+    """Ops in this file must run natively: the CPU fallback is switched off."""
+    torch_tpu.set_cpu_fallback_enabled(False)
+    yield
+    torch_tpu.set_cpu_fallback_enabled(True)
+
+
+def to_tpu(x):
+    if isinstance(x, torch.Tensor):
+        return x.to("tpu")
+    if isinstance(x, (list, tuple)):
+        return type(x)(to_tpu(v) for v in x)
+    return x
+
+
+def check(fn, *args, atol=None, rtol=None, **kw):
+    expected = fn(*args, **kw)
+    got = fn(*to_tpu(args), **{k: to_tpu(v) for k, v in kw.items()})
+    tol = {} if atol is None else {"atol": atol, "rtol": rtol}
+    assert_close(got, expected, **tol)
+
+
+def gen(*shape, dtype=torch.float32, lo=-3, hi=3, seed=0):
+    g = torch.Generator().manual_seed(seed + sum(shape))
+    if dtype.is_floating_point:
+        return (torch.rand(*shape, generator=g) * (hi - lo) + lo).to(dtype)
+    if dtype == torch.bool:
+        return torch.rand(*shape, generator=g) > 0.5
+    return torch.randint(lo, hi + 1, shape, generator=g).to(dtype)
+
+
+FLOAT_DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
+UNARY = ["exp", "log", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid", "neg", "abs", "floor", "ceil", "round",
+         "trunc", "erf", "log1p", "expm1", "reciprocal", "sign", "relu", "atan", "frac"]
+
+
+@pytest.mark.parametrize("name", UNARY)
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+def test_unary_float(name, dtype):
+    x = gen(7, 13, dtype=dtype)
+    if name in ("log", "sqrt", "rsqrt"):
+        x = x.abs() + 0.1
+    fn = getattr(torch, name)
+    check(fn, x)
+    check(fn, x.t())                          # non-contiguous
+    check(fn, x[1:, ::2])                     # offset + stride
+    check(fn, torch.empty(0, 3, dtype=dtype))  # empty
+
+
+def test_unary_specials():
+    x = torch.tensor([float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 2.5, -2.5, 0.5, 1.5])
+    for fn in (torch.exp, torch.abs, torch.sign, torch.round, torch.floor, torch.sigmoid, torch.tanh, torch.relu):
+        check(fn, x)
+    check(torch.isnan, x)
+    check(torch.nan_to_num, x)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.uint8, torch.bool])
+def test_unary_int(dtype):
+    x = gen(5, 9, dtype=dtype, lo=0 if dtype == torch.uint8 else -5, hi=5)
+    if dtype != torch.bool:
+        check(torch.abs, x)
+        check(torch.neg, x) if dtype != torch.uint8 else None
+        check(torch.sqrt, x.abs())             # int -> float promotion
+    check(torch.logical_not, x)
+    check(torch.bitwise_not, x)
+
+
+BINARY = [torch.add, torch.sub, torch.mul, torch.div, torch.maximum, torch.minimum, torch.eq, torch.ne, torch.lt,
+          torch.le, torch.gt, torch.ge, torch.atan2, torch.pow, torch.fmod, torch.remainder]
+
+
+@pytest.mark.parametrize("fn", BINARY, ids=lambda f: f.__name__)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_binary_broadcast(fn, dtype):
+    a = gen(3, 1, 5, dtype=dtype)
+    b = gen(4, 1, dtype=dtype, seed=1)
+    if fn is torch.pow:
+        a = a.abs() + 0.5
+    if fn in (torch.fmod, torch.remainder, torch.div):
+        b = b.abs() + 0.5
+    check(fn, a, b)
+    check(fn, a.transpose(0, 2), gen(1, 4, 1, dtype=dtype, seed=2).abs() + 0.5)
+    if fn not in (torch.maximum, torch.minimum, torch.atan2):
+        check(fn, a, 2.0)                   # Python scalar
+    check(fn, a, torch.tensor(1.5))         # 0-dim CPU tensor used as a scalar
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8])
+def test_binary_int(dtype):
+    a = gen(6, 7, dtype=dtype, lo=0, hi=20)
+    b = gen(6, 7, dtype=dtype, lo=1, hi=6, seed=3)
+    for fn in (torch.add, torch.sub, torch.mul, torch.maximum, torch.eq, torch.lt, torch.bitwise_and,
+               torch.bitwise_or, torch.bitwise_xor, torch.remainder):
+        check(fn, a, b)
+    check(torch.div, a, b)                                  # true division -> float
+    check(torch.div, a, b, rounding_mode="floor")
+    check(torch.div, a, b, rounding_mode="trunc")
+    check(torch.add, a, b, alpha=3)
+
+
+def test_type_promotion():
+    check(torch.add, gen(4, 5, dtype=torch.int64), gen(4, 5))
+    check(torch.mul, gen(4, 5, dtype=torch.bfloat16), gen(4, 5, dtype=torch.float32))
+    check(torch.add, gen(4, 5, dtype=torch.int32), 2.5)
+    check(torch.add, gen(4, 5, dtype=torch.float16), torch.tensor(2.0, dtype=torch.float64))
+    check(torch.lt, gen(4, 5, dtype=torch.int64), gen(4, 5))
+
+
+def test_inplace_and_out():
+    a, b = gen(5, 6), gen(5, 6, seed=4)
+    ta, tb = a.tpu(), b.tpu()
+    ta.add_(tb, alpha=2)
+    a.add_(b, alpha=2)
+    assert_close(ta, a)
+    ta.mul_(3).sub_(1).div_(2)
+    a.mul_(3).sub_(1).div_(2)
+    assert_close(ta, a)
+    out = torch.empty(0, device="tpu")
+    torch.mul(ta, tb, out=out)
+    assert_close(out, a * b)
+    i = torch.zeros(3, dtype=torch.int64, device="tpu")
+    with pytest.raises(RuntimeError, match="can't be cast to the desired output type"):
+        i.add_(torch.ones(3, device="tpu") * 0.5)
+    # in place on a non-contiguous view
+    c = gen(6, 8)
+    tc = c.tpu()
+    tc[:, ::2].mul_(10)
+    c[:, ::2].mul_(10)
+    assert_close(tc, c)
+
+
+def test_ternary():
+    a, b, c = gen(4, 5), gen(4, 5, seed=1), gen(5, seed=2).abs() + 0.5
+    check(torch.addcmul, a, b, c, value=0.5)
+    check(torch.addcdiv, a, b, c, value=-2)
+    check(torch.lerp, a, b, 0.3)
+    check(torch.lerp, a, b, c.expand(4, 5) / 10)
+    check(torch.where, a > 0, a, b)
+    check(torch.where, a > 0, a, 0.0)
+    check(lambda x, m: x.masked_fill(m, -1.0), a, b > 0)
+    check(torch.clamp, a, -1, 1)
+    check(torch.clamp, a, min=-0.5)
+    check(torch.clamp, a, b, b + 1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_reductions(dtype):
+    x = gen(6, 7, 11, dtype=dtype)
+    tol = {"atol": 2e-2, "rtol": 2e-2} if dtype == torch.bfloat16 else {}
+    for dim in (None, 0, 1, 2, (0, 2), -1):
+        kw = {} if dim is None else {"dim": dim}
+        check(torch.sum, x, **kw, **tol)
+        check(torch.mean, x, **kw, **tol)
+        if dim is not None:
+            check(torch.sum, x, **kw, keepdim=True, **tol)
+            check(torch.amax, x, **kw)
+            check(torch.amin, x, **kw)
+    check(torch.sum, x.transpose(0, 2), dim=1, **tol)
+    check(torch.argmax, x, dim=1)
+    check(torch.argmin, x)
+    check(lambda t: torch.max(t, dim=2), x)
+    check(lambda t: torch.min(t, dim=0, keepdim=True), x)
+    check(torch.max, x)
+    check(torch.var, x, dim=1, **tol)
+    check(torch.std, x, dim=(0, 1), correction=0, **tol)
+    check(torch.prod, gen(3, 4, dtype=dtype, lo=0.5, hi=1.5), dim=1, **tol)
+    check(torch.cumsum, x, dim=1, **tol)
+    check(torch.logsumexp, x, dim=2, **tol)
+    check(torch.linalg.vector_norm, x, **tol)
+
+
+def test_reductions_int_bool_empty():
+    x = gen(5, 8, dtype=torch.int32)
+    check(torch.sum, x)                       # int32 -> int64
+    check(torch.sum, x, dim=0)
+    check(torch.any, x > 3)
+    check(torch.all, x > -10, dim=1)
+    check(torch.sum, torch.empty(0, 4))
+    check(torch.sum, torch.empty(0, 4), dim=0)
+    check(torch.mean, torch.empty(0, 4), dim=0)    # NaN
+    with pytest.raises(RuntimeError, match="Expected reduction dim"):
+        torch.max(torch.empty(0, device="tpu"))
+    t = torch.tensor([1.0, float("nan"), 3.0])
+    check(torch.amax, t)
+    check(torch.argmax, t)
+
+
+@pytest.mark.parametrize("prec", ["highest", "high", "medium"])
+def test_matmul_precisions(prec):
+    old = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision(prec)
+    try:
+        a, b = gen(37, 53), gen(53, 29, seed=1)
+        tol = {"highest": (1e-4, 1e-4), "high": (1e-3, 1e-3), "medium": (1e-3, 1e-3)}[prec]
+        if prec == "medium":      # one bf16 pass: exactly the product of bf16-rounded inputs, fp32 accumulation
+            expected = a.bfloat16().double() @ b.bfloat16().double()
+        else:
+            expected = a.double() @ b.double()
+        got = (a.tpu() @ b.tpu()).cpu().double()
+        torch.testing.assert_close(got, expected, atol=tol[0], rtol=tol[1])
+    finally:
+        torch.set_float32_matmul_precision(old)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+def test_matmul_family(dtype):
+    tol = {"atol": 5e-2, "rtol": 2e-2} if dtype in (torch.bfloat16, torch.float16) else {"atol": 1e-4, "rtol": 1e-4}
+    a, b, c = gen(17, 33, dtype=dtype), gen(33, 9, dtype=dtype, seed=1), gen(9, dtype=dtype, seed=2)
+    check(torch.mm, a, b, **tol)
+    check(torch.mm, b.t(), a.t(), **tol)                    # transposed operands
+    check(torch.addmm, c, a, b, beta=0.5, alpha=2.0, **tol)
+    check(torch.matmul, gen(3, 5, 7, dtype=dtype), gen(7, 4, dtype=dtype, seed=5), **tol)
+    check(torch.bmm, gen(3, 5, 7, dtype=dtype), gen(3, 7, 4, dtype=dtype, seed=5), **tol)
+    check(torch.baddbmm, gen(3, 5, 4, dtype=dtype), gen(3, 5, 7, dtype=dtype), gen(3, 7, 4, dtype=dtype, seed=5),
+          **tol)
+    check(torch.mv, a, gen(33, dtype=dtype, seed=7), **tol)
+    check(torch.dot, gen(33, dtype=dtype), gen(33, dtype=dtype, seed=9), **tol)
+    check(F.linear, gen(2, 3, 33, dtype=dtype), a, gen(17, dtype=dtype), **tol)
+    check(torch.mm, torch.empty(0, 5, dtype=dtype), gen(5, 3, dtype=dtype))
+    check(torch.mm, torch.empty(4, 0, dtype=dtype), torch.empty(0, 3, dtype=dtype))
+    with pytest.raises(RuntimeError, match="cannot be multiplied"):
+        torch.mm(a.tpu(), a.tpu())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_softmax_and_loss(dtype):
+    tol = {"atol": 2e-2, "rtol": 2e-2} if dtype == torch.bfloat16 else {}
+    x = gen(5, 7, 3, dtype=dtype)
+    for dim in (0, 1, 2, -1):
+        check(torch.softmax, x, dim=dim, **tol)
+        check(torch.log_softmax, x, dim=dim, **tol)
+    logits = gen(9, 6, dtype=dtype)
+    target = torch.tensor([0, 5, 3, 3, 1, 2, 4, 0, 5])
+    for reduction in ("mean", "sum", "none"):
+        check(F.cross_entropy, logits, target, reduction=reduction, **tol)
+        check(F.nll_loss, logits.log_softmax(1), target, reduction=reduction, ignore_index=3, **tol)
+    check(F.nll_loss, logits.log_softmax(1), target, weight=gen(6, dtype=dtype).abs() + 0.1, **tol)
+
+
+def grads(fn, *args):
+    """Gradients of sum(fn(args)) * w for float args, on CPU and on tpu."""
+    out = []
+    for dev in ("cpu", "tpu"):
+        xs = [a.detach().to(dev).requires_grad_(a.is_floating_point()) if isinstance(a, torch.Tensor) else a
+              for a in args]
+        y = fn(*xs)
+        w = torch.linspace(-1, 1, y.numel()).reshape(y.shape).to(dev)
+        (y * w).sum().backward()
+        out.append([x.grad for x in xs if isinstance(x, torch.Tensor) and x.requires_grad])
+    return out
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: F.gelu(x), lambda x: F.gelu(x, approximate="tanh"), lambda x: F.silu(x), lambda x: torch.sigmoid(x),
+    lambda x: torch.tanh(x), lambda x: F.relu(x), lambda x: F.leaky_relu(x, 0.1), lambda x: F.softplus(x),
+    lambda x: F.hardtanh(x), lambda x: x.softmax(-1), lambda x: x.log_softmax(0), lambda x: x.sum(0),
+    lambda x: x.mean(-1), lambda x: x.pow(2).sqrt(), lambda x: F.layer_norm(x, (x.shape[-1],)),
+])
+def test_backward(fn):
+    x = gen(6, 10)
+    cpu, tpu = grads(fn, x)
+    for a, b in zip(tpu, cpu):
+        assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
+def test_layer_norm():
+    x, w, b = gen(4, 3, 16), gen(16, seed=1), gen(16, seed=2)
+    check(F.layer_norm, x, (16,), w, b)
+    check(F.layer_norm, x, (3, 16))
+    check(F.layer_norm, x.transpose(0, 1), (16,), w, b)
+    cpu, tpu = grads(lambda x, w, b: F.layer_norm(x, (16,), w, b, eps=1e-3), x, w, b)
+    for a, b_ in zip(tpu, cpu):
+        assert_close(a, b_, atol=1e-4, rtol=1e-4)
+
+
+def test_indexing():
+    x = gen(7, 5)
+    idx = torch.tensor([6, 0, 3, 3])
+    check(torch.index_select, x, 0, idx)
+    check(torch.index_select, x, 1, torch.tensor([4, 1]))
+    check(torch.gather, x, 1, torch.tensor([[0, 4], [1, 1], [2, 3], [0, 0], [4, 4], [3, 2], [1, 0]]))
+    check(lambda s, i, v: s.scatter_add(0, i, v), torch.zeros(3, 5), torch.tensor([[0, 1, 2, 0, 0]]), gen(1, 5))
+    check(lambda s, i, v: s.index_add(0, i, v, alpha=2), torch.zeros(4, 5), torch.tensor([0, 3, 0]), gen(3, 5))
+    emb = gen(10, 4)
+    ids = torch.tensor([[1, 2, 9], [0, 2, 2]])
+    check(F.embedding, ids, emb)
+    cpu, tpu = grads(lambda w: F.embedding(ids.to(w.device), w, padding_idx=2), emb)
+    assert_close(tpu[0], cpu[0])
+
+
+def test_creation_and_copies():
+    for dt in (torch.float32, torch.int64, torch.bfloat16, torch.bool):
+        assert_close(torch.zeros(3, 4, dtype=dt, device="tpu"), torch.zeros(3, 4, dtype=dt))
+        assert_close(torch.ones(3, dtype=dt, device="tpu"), torch.ones(3, dtype=dt))
+    assert_close(torch.full((2, 3), 7.5, device="tpu"), torch.full((2, 3), 7.5))
+    assert_close(torch.arange(10, device="tpu"), torch.arange(10))
+    assert_close(torch.arange(1.0, 2.0, 0.1, device="tpu"), torch.arange(1.0, 2.0, 0.1))
+    assert_close(torch.arange(10, 0, -3, device="tpu"), torch.arange(10, 0, -3))
+    assert_close(torch.linspace(0, 1, 7, device="tpu"), torch.linspace(0, 1, 7))
+    x = gen(4, 6)
+    t = x.tpu()
+    assert_close(t.t().contiguous(), x.t().contiguous())
+    assert_close(t.to(torch.float64), x.double())
+    assert_close(t.to(torch.int32), x.int())
+    assert_close(t[::2, 1:4].clone(), x[::2, 1:4].clone())
+    y = torch.empty(6, 4).t()                       # copy into a non-contiguous CPU tensor
+    y.copy_(t)
+    assert torch.equal(y, x)
+    z = torch.empty(6, 4, device="tpu").t()          # and into a non-contiguous tpu tensor
+    z.copy_(x)
+    assert_close(z, x)
+    assert_close(torch.cat([t, t * 2], dim=1), torch.cat([x, x * 2], dim=1))
+    assert_close(torch.stack([t, t]), torch.stack([x, x]))
+    assert t.sum().item() == pytest.approx(x.sum().item(), rel=1e-6)
+    assert_close(t.reshape(3, 8).view(24), x.reshape(24))
+    assert_close(t.expand(2, 4, 6) + 0, x.expand(2, 4, 6) + 0)
+    u = torch.zeros(3, device="tpu")
+    u.resize_(10)
+    assert u.shape == (10,)
+    assert_close(u[:3], torch.zeros(3))
