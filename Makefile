@@ -50,10 +50,11 @@ build/ctest-tsan/%: tests/c/%.c $(RT_SRC) $(RT_HDR) tests/c/test.h
 	$(CCACHE) $(CC) $(CFLAGS_RT) $(TSAN) $< $(RT_SRC) -lm -o $@
 
 ctest: $(addprefix build/ctest/,$(C_TESTS))
-	@set -e; for t in $(C_TESTS); do echo "== $$t (asan+ubsan)"; ./build/ctest/$$t; done
+	@tests/c/run_all.sh $(addprefix build/ctest/,$(C_TESTS))
 
+# Streams, events, allocator and threads under ThreadSanitizer.
 ctest-tsan: build/ctest-tsan/test_runtime
-	@echo "== test_runtime (tsan)"; TSAN_OPTIONS=halt_on_error=1 ./build/ctest-tsan/test_runtime
+	@TSAN_OPTIONS=halt_on_error=1 tests/c/run_all.sh build/ctest-tsan/test_runtime
 
 pytest: build
 	$(PY) -m pytest -q tests/python
