@@ -44,7 +44,7 @@
 #define EW_INLINE static inline __attribute__((always_inline))
 
 #if defined(__x86_64__) && defined(__GNUC__)
-#define EW_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#define EW_CLONES TPU_TARGET_CLONES
 #else
 #define EW_CLONES
 #endif
@@ -896,7 +896,7 @@ static bool ew_raw_copy(const ew_ctx *c) {
 /* A raw copy whose output is contiguous along the last dim while the input
  * is contiguous along the one before: copy EW_TT x EW_TT tiles so that both
  * sides stay in cache, instead of a strided gather per output row. */
-#define EW_TT 32
+#define EW_TT 8
 
 static bool ew_is_transpose(const ew_ctx *c) {
     int nd = c->nd;

@@ -20,7 +20,7 @@
 #ifdef TPU_KERNELS_NO_CLONES
 #define IX_CLONES
 #else
-#define IX_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#define IX_CLONES TPU_TARGET_CLONES
 #endif
 
 typedef float vf8 __attribute__((vector_size(32)));
@@ -131,14 +131,38 @@ static void ix_run_const(const ix_plan *p, int64_t L, int64_t d, int64_t dl, int
     }
 }
 
-/* A run of L positions along the last dim, j read per position. */
+/* A run of L positions, j read per position (index element ii + i*il): the
+ * element loops are typed, with the index dtype and element kind hoisted. */
+#define IX_VAR_LOOP(IT, STMT) do { \
+    const IT *ip_ = (const IT *)p->ib + ii; \
+    for (int64_t i = 0; i < L; i++) { \
+        int64_t j = ip_[i * il], de = d + i * dl + j * jd, se = s + i * sl + j * js; \
+        STMT; \
+    } \
+} while (0)
+#define IX_VAR(STMT) do { \
+    if (p->idt == TPU_I64) IX_VAR_LOOP(int64_t, STMT); else IX_VAR_LOOP(int32_t, STMT); \
+} while (0)
+#define IX_COPY(T) IX_VAR(((T *)p->db)[de] = ((const T *)p->sb)[se])
+
 static void ix_run_var(const ix_plan *p, int64_t L, int64_t d, int64_t dl, int64_t s, int64_t sl, int64_t ii,
                        int64_t il)
 {
     int64_t jd = p->d_by_idx ? p->dst[p->dim] : 0, js = p->d_by_idx ? 0 : p->sst[p->dim];
-    for (int64_t i = 0; i < L; i++) {
-        int64_t j = ix_get(p->ib, p->idt, ii + i * il);
-        ix_elem(p, d + i * dl + j * jd, s + i * sl + j * js);
+    if (!p->accumulate) {
+        switch (p->es) {
+        case 8: IX_COPY(uint64_t); break;
+        case 4: IX_COPY(uint32_t); break;
+        case 2: IX_COPY(uint16_t); break;
+        default: IX_COPY(uint8_t); break;
+        }
+        return;
+    }
+    float al = (float)p->alpha;
+    switch (p->dt) {
+    case TPU_F32: IX_VAR(((float *)p->db)[de] += al * ((const float *)p->sb)[se]); break;
+    case TPU_F64: IX_VAR(((double *)p->db)[de] += p->alpha * ((const double *)p->sb)[se]); break;
+    default: IX_VAR(ix_elem(p, de, se)); break;
     }
 }
 
@@ -152,6 +176,10 @@ static void ix_item(const ix_plan *p, int64_t o, int64_t ib, int64_t ie)
         od += c * p->dst[d];
         os += c * p->sst[d];
         oi += c * p->ist[d];
+    }
+    if (dim == last) {          /* one run over k; j read per k, k ascending */
+        ix_run_var(p, p->K, od, p->d_by_idx ? 0 : p->dst[dim], os, p->d_by_idx ? p->sst[dim] : 0, oi, p->ist[dim]);
+        return;
     }
     /* inner start: multi-index and offsets of position ib */
     int64_t idx0[TPU_MAX_DIMS] = { 0 }, d0 = 0, s0 = 0, i0 = 0;
@@ -168,11 +196,6 @@ static void ix_item(const ix_plan *p, int64_t o, int64_t ib, int64_t ie)
         int64_t j = p->var_idx ? 0 : ix_get(p->ib, p->idt, ik);
         int64_t dk = od + (p->d_by_idx ? j : k) * p->dst[dim];
         int64_t sk = os + (p->d_by_idx ? k : j) * p->sst[dim];
-        if (dim == last) {
-            if (p->var_idx) ix_run_var(p, 1, dk, 0, sk, 0, ik, 0);
-            else ix_run_const(p, 1, dk, 0, sk, 0);
-            continue;
-        }
         int64_t idx[TPU_MAX_DIMS], di = d0, si = s0, ii = i0;
         memcpy(idx, idx0, sizeof idx);
         for (int64_t pos = ib; pos < ie;) {
@@ -222,28 +245,43 @@ static void ix_view(tpu_tensor *v, const tpu_tensor *t)
     }
 }
 
-/* Check every index value is in [0, lim) before anything is written. */
+/* Check every index value is in [0, lim) before anything is written. The
+ * index is walked as runs along its last dim (only `dim` for 1-d indices). */
+#define IX_CHECK_RUN(IT) do { \
+    const IT *ip_ = (const IT *)p->ib + off; \
+    for (int64_t i = 0; i < L; i++) { \
+        int64_t j = ip_[i * st]; \
+        if (j < 0 || j >= lim) { bad = j; goto out_of_range; } \
+    } \
+} while (0)
+
 static tpu_status ix_check(tpu_kargs *a, const ix_plan *p, int64_t lim)
 {
-    int64_t n = 1;
-    for (int d = 0; d < p->nd; d++) n *= p->var_idx || d == p->dim ? p->sizes[d] : 1;
+    int nd = p->var_idx ? p->nd : 1;
+    int64_t sizes[TPU_MAX_DIMS] = { 0 }, strides[TPU_MAX_DIMS] = { 0 }, bad;
+    for (int d = 0; d < nd; d++) {
+        int dd = p->var_idx ? d : p->dim;
+        sizes[d] = p->sizes[dd];
+        strides[d] = p->ist[dd];
+    }
+    int64_t L = sizes[nd - 1], st = strides[nd - 1], runs = 1;
+    for (int d = 0; d < nd - 1; d++) runs *= sizes[d];
     int64_t idx[TPU_MAX_DIMS] = { 0 }, off = p->ioff;
-    for (int64_t q = 0; q < n; q++) {
-        int64_t j = ix_get(p->ib, p->idt, off);
-        if (j < 0 || j >= lim) {
-            if (a->op == TPU_OP_INDEX_SELECT) return tpu_kernel_fail(a, "index out of range in self");
-            return tpu_kernel_fail(a, "index %lld is out of bounds for dimension %d with size %lld", (long long)j,
-                                   p->dim, (long long)lim);
-        }
-        for (int d = p->nd - 1; d >= 0; d--) {
-            if (!p->var_idx && d != p->dim) continue;
-            off += p->ist[d];
-            if (++idx[d] < p->sizes[d]) break;
-            off -= idx[d] * p->ist[d];
+    for (int64_t q = 0; q < runs; q++) {
+        if (p->idt == TPU_I64) IX_CHECK_RUN(int64_t);
+        else IX_CHECK_RUN(int32_t);
+        for (int d = nd - 2; d >= 0; d--) {
+            off += strides[d];
+            if (++idx[d] < sizes[d]) break;
+            off -= idx[d] * strides[d];
             idx[d] = 0;
         }
     }
     return TPU_OK;
+out_of_range:
+    if (a->op == TPU_OP_INDEX_SELECT) return tpu_kernel_fail(a, "index out of range in self");
+    return tpu_kernel_fail(a, "index %lld is out of bounds for dimension %d with size %lld", (long long)bad, p->dim,
+                           (long long)lim);
 }
 
 /* PyTorch's shape rules; x is the tensor read (input, or src for the adds). */

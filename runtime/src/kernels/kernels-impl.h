@@ -22,6 +22,15 @@ typedef struct tpu_kargs {
 
 typedef tpu_status (*tpu_kernel_fn)(tpu_kargs *a);
 
+/* Per-ISA clones of hot loops (AVX-512 / AVX2 / baseline, picked at load
+ * time by an ifunc). ThreadSanitizer crashes on ifunc resolvers that run
+ * before it is initialized, so TSan builds get the baseline only. */
+#if defined(__SANITIZE_THREAD__) || defined(TPU_NO_CLONES)
+#define TPU_TARGET_CLONES
+#else
+#define TPU_TARGET_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+
 /* Record a kernel failure; returns TPU_ERROR_KERNEL for `return tpu_kernel_fail(...)`. */
 tpu_status tpu_kernel_fail(tpu_kargs *a, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));

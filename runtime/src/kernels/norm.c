@@ -9,7 +9,8 @@
  *
  * Backward: rows are cut into a fixed number of chunks (independent of the
  * worker count, so results are deterministic); each chunk writes dx for its
- * rows and partial dw/db column sums, which are added in chunk order. */
+ * rows and partial dw/db column sums (float over LN_FLUSH rows, then double),
+ * which are added in chunk order. */
 #include "kernels-impl.h"
 #include <math.h>
 #include <stdbool.h>
@@ -19,7 +20,7 @@
 #ifdef TPU_KERNELS_NO_CLONES
 #define LN_CLONES
 #else
-#define LN_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#define LN_CLONES TPU_TARGET_CLONES
 #endif
 #define LN_INLINE static inline __attribute__((always_inline))
 #define LN_BWD_CHUNKS 16

@@ -7,9 +7,11 @@
  *   exp_avg_sq = exp_avg_sq*beta2 + (1 - beta2)*grad*grad
  *   param += -(lr/bc1) * exp_avg / (sqrt(exp_avg_sq)/sqrt(bc2) + eps)
  * with bc1 = 1 - beta1^step, bc2 = 1 - beta2^step. Scalars are computed in
- * double and used as float, like PyTorch's scalar arguments; f32 follows
- * PyTorch op for op, bf16/f16 state is rounded only when stored (one fused
- * step, not one rounding per op), f64 computes in double. */
+ * double and used as float, like PyTorch's scalar arguments. f32 follows
+ * PyTorch's op order (results within 1 ulp: PyTorch's vectorized lerp fuses a
+ * multiply-add); bf16/f16 state is rounded only when stored (one fused step,
+ * like torch's fused=True, not one rounding per op); f64 computes in double.
+ * amsgrad is not supported. */
 #include "kernels-impl.h"
 #include <immintrin.h>
 #include <math.h>

@@ -34,7 +34,7 @@
 #define RED_L 8                 /* lanes per vector */
 
 #if defined(__x86_64__) && defined(__GNUC__)
-#define RED_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#define RED_CLONES TPU_TARGET_CLONES
 #else
 #define RED_CLONES
 #endif
@@ -117,6 +117,39 @@ static double red_combine(red_code c, double a, double b) {
         (v) = __builtin_convertvector(f_, red_vd);                           \
     } while (0)
 
+/* exp of 8 doubles: n = round(x / ln 2), r = x - n ln 2 in two parts, a
+ * degree-13 Taylor series of exp(r) (|r| <= ln2 / 2: error below 1 ulp),
+ * then 2^n applied in two steps so a subnormal result is rounded once. */
+#define RED_VEXP(y, x) do {                                                             \
+        const red_vd magic_ = RED_VZERO + 0x1.8p52;                                   \
+        red_vl nan_ = (x) != (x);                                                     \
+        red_vd xc_ = RED_SEL((x) > 710.0, RED_VZERO + 710.0, (x));                    \
+        xc_ = RED_SEL(xc_ < -746.0, RED_VZERO - 746.0, xc_);                          \
+        xc_ = RED_SEL(nan_, RED_VZERO, xc_);                                          \
+        red_vd t_ = xc_ * 1.4426950408889634074 + magic_, n_ = t_ - magic_;           \
+        red_vl ni_ = (red_vl)t_ - (red_vl)magic_, n1_ = ni_ >> 1, n2_ = ni_ - n1_;    \
+        red_vd r_ = xc_ - n_ * 6.93147180369123816490e-01;                            \
+        r_ = r_ - n_ * 1.90821492927058770002e-10;                                    \
+        red_vd p_ = RED_VZERO + 1.0 / 6227020800.0;                                   \
+        p_ = p_ * r_ + 1.0 / 479001600.0;                                             \
+        p_ = p_ * r_ + 1.0 / 39916800.0;                                              \
+        p_ = p_ * r_ + 1.0 / 3628800.0;                                               \
+        p_ = p_ * r_ + 1.0 / 362880.0;                                                \
+        p_ = p_ * r_ + 1.0 / 40320.0;                                                 \
+        p_ = p_ * r_ + 1.0 / 5040.0;                                                  \
+        p_ = p_ * r_ + 1.0 / 720.0;                                                   \
+        p_ = p_ * r_ + 1.0 / 120.0;                                                   \
+        p_ = p_ * r_ + 1.0 / 24.0;                                                    \
+        p_ = p_ * r_ + 1.0 / 6.0;                                                     \
+        p_ = p_ * r_ + 0.5;                                                           \
+        p_ = p_ * r_ + 1.0;                                                           \
+        p_ = p_ * r_ + 1.0;                                                           \
+        p_ = p_ * (red_vd)((n1_ + 1023) << 52) * (red_vd)((n2_ + 1023) << 52);        \
+        p_ = RED_SEL((x) > 710.0, RED_VZERO + INFINITY, p_);                          \
+        p_ = RED_SEL((x) < -746.0, RED_VZERO, p_);                                    \
+        (y) = RED_SEL(nan_, (x), p_);                                                 \
+    } while (0)
+
 /* Fold n contiguous elements into acc: 4 vector accumulators, then lanes. */
 #define RED_ROW(ID, MAPV, MAPS, CV, CS) {                                               \
         red_vd l0 = RED_VZERO + (ID), l1 = l0, l2 = l0, l3 = l0, v;                   \
@@ -171,6 +204,20 @@ static ISA double red_row_##SFX(red_code code, double acc, const ST *restrict x,
     case RC_MIN_ABS: RED_ROW(INFINITY, RV_ABS(v), fabs(s), RV_MIN, RS_MIN)             \
     case RC_ANY: RED_ROW(0, RV_NZ(v), (double)(s != 0), RV_MAX, RS_MAX)                \
     case RC_ALL: RED_ROW(1, RV_NZ(v), (double)(s != 0), RV_MIN, RS_MIN)                \
+    case RC_SUM_EXPSUB: {                                                               \
+        red_vd l = RED_VZERO, v, y;                                                    \
+        double t = 0;                                                                  \
+        int64_t i = 0;                                                                 \
+        for (; i + RED_L <= n; i += RED_L) {                                           \
+            LOADV(v, x + i);                                                           \
+            v = v - va;                                                                \
+            RED_VEXP(y, v);                                                            \
+            l = l + y;                                                                 \
+        }                                                                              \
+        for (; i < n; i++) t += exp((double)x[i] - aux);                               \
+        for (int j = 0; j < RED_L; j++) t += l[j];                                     \
+        return acc + t;                                                                \
+    }                                                                                  \
     default: break;                                                                    \
     }                                                                                  \
     for (int64_t i = 0; i < n; i++) {   /* libm maps: one element at a time */         \
@@ -195,6 +242,21 @@ static ISA void red_cols_##SFX(red_code code, double *restrict acc,             
     case RC_MIN_ABS: RED_COL(RV_ABS(v), fabs(s), RV_MIN, RS_MIN)                       \
     case RC_ANY: RED_COL(RV_NZ(v), (double)(s != 0), RV_MAX, RS_MAX)                   \
     case RC_ALL: RED_COL(RV_NZ(v), (double)(s != 0), RV_MIN, RS_MIN)                   \
+    case RC_SUM_EXPSUB: {                                                               \
+        int64_t i = 0;                                                                 \
+        for (; i + RED_L <= n; i += RED_L) {                                           \
+            red_vd v, va, l, y;                                                        \
+            LOADV(v, x + i);                                                           \
+            RED_LDD(va, aux + i);                                                      \
+            RED_LDD(l, acc + i);                                                       \
+            v = v - va;                                                                \
+            RED_VEXP(y, v);                                                            \
+            l = l + y;                                                                 \
+            RED_STD(acc + i, l);                                                       \
+        }                                                                              \
+        for (; i < n; i++) acc[i] += exp((double)x[i] - aux[i]);                       \
+        return;                                                                        \
+    }                                                                                  \
     default: break;                                                                    \
     }                                                                                  \
     for (int64_t i = 0; i < n; i++) {                                                  \
@@ -485,28 +547,37 @@ static void red_store_one_d(const red_ctx *c, int64_t out_off, double v) {
     tpu_store_f64(c->out + (size_t)out_off * c->oes, c->odt, v);
 }
 
-/* ARGMAX / ARGMIN along the one reduced dim: first extreme, a NaN wins. */
-static int64_t red_arg_row(const red_ctx *c, int64_t in_off) {
-    int64_t L = c->g.rsz[c->g.nr - 1], st = c->g.rin[c->g.nr - 1], best = 0;
-    bool amax = c->op == TPU_OP_ARGMAX, ints = !tpu_dtype_is_float(c->idt);
-    double bd = 0, bufd[RED_CHUNK];
-    int64_t bi = 0, bufi[RED_CHUNK];
+/* ARGMAX / ARGMIN: the first extreme element, where a NaN is the extreme.
+ * Floats take two passes: the NaN-propagating max (min) with the vector
+ * fold, then the first element equal to it (or the first NaN). */
+static bool red_is_arg_hit(double v, double m) { return m != m ? v != v : v == m; }
+
+static int64_t red_arg_row_i(const red_ctx *c, int64_t in_off) {
+    int64_t L = c->g.rsz[c->g.nr - 1], st = c->g.rin[c->g.nr - 1], best = 0, bi = 0, buf[RED_CHUNK];
+    bool amax = c->op == TPU_OP_ARGMAX;
     for (int64_t k = 0; k < L; k += RED_CHUNK) {
         int64_t m = L - k < RED_CHUNK ? L - k : RED_CHUNK;
-        const char *p = c->in + (size_t)(in_off + k * st) * c->ies;
-        if (ints) red_load_i(bufi, p, st, m, c->idt);
-        else red_load_d(bufd, p, st, m, c->idt);
+        red_load_i(buf, c->in + (size_t)(in_off + k * st) * c->ies, st, m, c->idt);
         for (int64_t i = 0; i < m; i++) {
-            bool better;
-            if (ints) better = k + i == 0 || (amax ? bufi[i] > bi : bufi[i] < bi);
-            else better = k + i == 0 || (bd == bd && ((amax ? bufd[i] > bd : bufd[i] < bd) || bufd[i] != bufd[i]));
-            if (!better) continue;
+            if (k + i > 0 && !(amax ? buf[i] > bi : buf[i] < bi)) continue;
             best = k + i;
-            bi = ints ? bufi[i] : 0;
-            bd = ints ? 0 : bufd[i];
+            bi = buf[i];
         }
     }
     return best;
+}
+
+static int64_t red_arg_row(const red_ctx *c, int64_t in_off) {
+    if (!tpu_dtype_is_float(c->idt)) return red_arg_row_i(c, in_off);
+    int64_t L = c->g.rsz[c->g.nr - 1], st = c->g.rin[c->g.nr - 1];
+    double m = red_span(c, c->op == TPU_OP_ARGMAX ? RC_MAX : RC_MIN, in_off, 0, L, 0), buf[RED_CHUNK];
+    for (int64_t k = 0; k < L; k += RED_CHUNK) {
+        int64_t n = L - k < RED_CHUNK ? L - k : RED_CHUNK;
+        red_load_d(buf, c->in + (size_t)(in_off + k * st) * c->ies, st, n, c->idt);
+        for (int64_t i = 0; i < n; i++)
+            if (red_is_arg_hit(buf[i], m)) return k + i;
+    }
+    return 0;
 }
 
 static void red_one_output(const red_ctx *c, int64_t o) {
@@ -607,22 +678,33 @@ static void red_cols_pass_i(const red_ctx *c, int64_t *acc, int64_t in_off, int6
 }
 
 /* Column ARGMAX / ARGMIN: the reduced dim is the single outer one. */
-static void red_cols_arg(const red_ctx *c, int64_t *idx, int64_t in_off, int64_t m) {
-    double best[RED_CHUNK], buf[RED_CHUNK];
-    int64_t besti[RED_CHUNK], bufi[RED_CHUNK];
-    bool amax = c->op == TPU_OP_ARGMAX, ints = !tpu_dtype_is_float(c->idt);
+static void red_cols_arg_i(const red_ctx *c, int64_t *idx, int64_t in_off, int64_t m) {
+    int64_t best[RED_CHUNK], buf[RED_CHUNK];
+    bool amax = c->op == TPU_OP_ARGMAX;
     for (int64_t r = 0; r < c->g.nred; r++) {
-        const char *p = c->in + (size_t)(in_off + r * c->g.rin[0]) * c->ies;
-        if (ints) red_load_i(r ? bufi : besti, p, 1, m, c->idt);
-        else red_load_d(r ? buf : best, p, 1, m, c->idt);
+        red_load_i(r ? buf : best, c->in + (size_t)(in_off + r * c->g.rin[0]) * c->ies, 1, m, c->idt);
         for (int64_t j = 0; j < m && r == 0; j++) idx[j] = 0;
         for (int64_t j = 0; j < m && r > 0; j++) {
-            bool better = ints ? (amax ? bufi[j] > besti[j] : bufi[j] < besti[j])
-                               : best[j] == best[j] && ((amax ? buf[j] > best[j] : buf[j] < best[j]) || buf[j] != buf[j]);
-            if (!better) continue;
+            if (!(amax ? buf[j] > best[j] : buf[j] < best[j])) continue;
             idx[j] = r;
-            if (ints) besti[j] = bufi[j];
-            else best[j] = buf[j];
+            best[j] = buf[j];
+        }
+    }
+}
+
+static void red_cols_arg(const red_ctx *c, int64_t *idx, int64_t in_off, int64_t m) {
+    if (!tpu_dtype_is_float(c->idt)) { red_cols_arg_i(c, idx, in_off, m); return; }
+    double ext[RED_CHUNK], buf[RED_CHUNK], aux[RED_CHUNK] = { 0 };
+    bool found[RED_CHUNK] = { 0 };
+    red_cols_pass(c, c->op == TPU_OP_ARGMAX ? RC_MAX : RC_MIN, ext, in_off, m, aux);
+    int64_t left = m;
+    for (int64_t r = 0; r < c->g.nred && left > 0; r++) {
+        red_load_d(buf, c->in + (size_t)(in_off + r * c->g.rin[0]) * c->ies, 1, m, c->idt);
+        for (int64_t j = 0; j < m; j++) {
+            if (found[j] || !red_is_arg_hit(buf[j], ext[j])) continue;
+            idx[j] = r;
+            found[j] = true;
+            left--;
         }
     }
 }

@@ -3,10 +3,10 @@
  * Every operand is viewed as lines along `dim`: D = sizes[dim] elements at
  * stride strides[dim], one line per position of the other dims. Lines are
  * independent and split across the compute workers. A line is used in place
- * when it has unit stride and the compute dtype (or bf16, converted on the
- * fly): the contiguous last-dim case of transformers and classifiers.
- * Otherwise it is gathered into a per-chunk buffer, computed there and
- * scattered back.
+ * when it has unit stride and the compute dtype: the contiguous last-dim
+ * case of transformers and classifiers. Otherwise it is gathered (converted)
+ * into a per-chunk buffer that stays in L1, computed there and scattered
+ * back; contiguous bf16 lines convert with vector loops.
  *
  * When the lines are not contiguous but neighbouring lines are neighbouring
  * elements (softmax over a leading dim), SM_W lines are computed at once,
@@ -28,7 +28,7 @@
 #ifdef TPU_KERNELS_NO_CLONES
 #define SM_CLONES
 #else
-#define SM_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#define SM_CLONES TPU_TARGET_CLONES
 #endif
 #define SM_INLINE static inline __attribute__((always_inline))
 
@@ -124,54 +124,24 @@ SM_INLINE float sexp(float x)
     return x > 88.3f ? INFINITY : y;
 }
 
-/* ---- float rows (n >= 1): whole vectors, then a scalar tail ----
- * An operand is f32 or bf16 (`bf`), converted as it is loaded and stored,
- * so a contiguous bf16 row needs no buffer either. */
+/* ---- float rows (n >= 1): whole vectors, then a scalar tail ---- */
 
-typedef struct sm_ref { void *p; bool bf; } sm_ref;     /* a row of one operand */
-
-SM_INLINE void rload(vf *v, sm_ref r, int64_t i)
-{
-    if (r.bf) vload_bf16(v, (const uint16_t *)r.p + i);
-    else vload(v, (const float *)r.p + i);
-}
-
-SM_INLINE void rstore(sm_ref r, int64_t i, const vf *v)
-{
-    if (r.bf) vstore_bf16((uint16_t *)r.p + i, v);
-    else vstore((float *)r.p + i, v);
-}
-
-SM_INLINE float sload(sm_ref r, int64_t i)
-{
-    return r.bf ? tpu_bf16_to_f32(((const uint16_t *)r.p)[i]) : ((const float *)r.p)[i];
-}
-
-SM_INLINE void sstore(sm_ref r, int64_t i, float v)
-{
-    if (r.bf) ((uint16_t *)r.p)[i] = tpu_f32_to_bf16(v);
-    else ((float *)r.p)[i] = v;
-}
-
-SM_CLONES static float row_max_f(sm_ref x, int64_t n)
+SM_CLONES static float row_max_f(const float *x, int64_t n)
 {
     vf m = VSPLAT(-INFINITY), v;
     int64_t i = 0;
     for (; i + SM_W <= n; i += SM_W) {
-        rload(&v, x, i);
+        vload(&v, x + i);
         m = VSEL(v > m, v, m);
     }
     float r = -INFINITY;
     for (int j = 0; j < SM_W; j++) r = m[j] > r ? m[j] : r;
-    for (; i < n; i++) {
-        float e = sload(x, i);
-        r = e > r ? e : r;
-    }
+    for (; i < n; i++) r = x[i] > r ? x[i] : r;
     return r;
 }
 
-/* sum(exp(x - m)); also y = exp(x - m) when y.p (f32 y only) */
-SM_CLONES static double row_exp_sum_f(sm_ref y, sm_ref x, int64_t n, float m)
+/* sum(exp(x - m)); also y = exp(x - m) when y */
+SM_CLONES static double row_exp_sum_f(float *y, const float *x, int64_t n, float m)
 {
     double s = 0;
     int64_t i = 0;
@@ -179,56 +149,49 @@ SM_CLONES static double row_exp_sum_f(sm_ref y, sm_ref x, int64_t n, float m)
         int64_t end = n - i > SM_BLOCK ? i + SM_BLOCK : n;
         vf acc = VSPLAT(0.0f), v;
         for (; i + SM_W <= end; i += SM_W) {
-            rload(&v, x, i);
+            vload(&v, x + i);
             v -= m;
             vexp(&v);
-            if (y.p) rstore(y, i, &v);
+            if (y) vstore(y + i, &v);
             acc += v;
         }
         s += vlanes(&acc);
     }
     for (; i < n; i++) {
-        float e = sexp(sload(x, i) - m);
-        if (y.p) sstore(y, i, e);
+        float e = sexp(x[i] - m);
+        if (y) y[i] = e;
         s += e;
     }
     return s;
 }
 
-/* y = exp(x - m) * c, or y *= c when x.p is NULL */
-SM_CLONES static void row_exp_scale_f(sm_ref y, sm_ref x, int64_t n, float m, float c)
+SM_CLONES static void row_scale_f(float *y, int64_t n, float c)
 {
     int64_t i = 0;
     for (; i + SM_W <= n; i += SM_W) {
         vf v;
-        if (x.p) {
-            rload(&v, x, i);
-            v -= m;
-            vexp(&v);
-        } else {
-            rload(&v, y, i);
-        }
+        vload(&v, y + i);
         v *= c;
-        rstore(y, i, &v);
+        vstore(y + i, &v);
     }
-    for (; i < n; i++) sstore(y, i, (x.p ? sexp(sload(x, i) - m) : sload(y, i)) * c);
+    for (; i < n; i++) y[i] *= c;
 }
 
 /* y = (x - m) - c */
-SM_CLONES static void row_sub2_f(sm_ref y, sm_ref x, int64_t n, float m, float c)
+SM_CLONES static void row_sub2_f(float *y, const float *x, int64_t n, float m, float c)
 {
     int64_t i = 0;
     for (; i + SM_W <= n; i += SM_W) {
         vf v;
-        rload(&v, x, i);
+        vload(&v, x + i);
         v = (v - m) - c;
-        rstore(y, i, &v);
+        vstore(y + i, &v);
     }
-    for (; i < n; i++) sstore(y, i, (sload(x, i) - m) - c);
+    for (; i < n; i++) y[i] = (x[i] - m) - c;
 }
 
-/* sum(a*b), or sum(a) when b.p is NULL */
-SM_CLONES static double row_dot_f(sm_ref a, sm_ref b, int64_t n)
+/* sum(a*b), or sum(a) when b is NULL */
+SM_CLONES static double row_dot_f(const float *a, const float *b, int64_t n)
 {
     double s = 0;
     int64_t i = 0;
@@ -236,53 +199,47 @@ SM_CLONES static double row_dot_f(sm_ref a, sm_ref b, int64_t n)
         int64_t end = n - i > SM_BLOCK ? i + SM_BLOCK : n;
         vf acc = VSPLAT(0.0f), v, w = VSPLAT(1.0f);
         for (; i + SM_W <= end; i += SM_W) {
-            rload(&v, a, i);
-            if (b.p) rload(&w, b, i);
+            vload(&v, a + i);
+            if (b) vload(&w, b + i);
             acc += v * w;
         }
         s += vlanes(&acc);
     }
-    for (; i < n; i++) s += b.p ? sload(a, i) * sload(b, i) : sload(a, i);
+    for (; i < n; i++) s += b ? a[i] * b[i] : a[i];
     return s;
 }
 
 /* softmax_bwd: gi = y*(g - s); log_softmax_bwd: gi = g - exp(y)*s */
-SM_CLONES static void row_bwd_f(bool logsm, sm_ref gi, sm_ref g, sm_ref y, int64_t n, float s)
+SM_CLONES static void row_bwd_f(bool logsm, float *gi, const float *g, const float *y, int64_t n, float s)
 {
     int64_t i = 0;
     for (; i + SM_W <= n; i += SM_W) {
         vf vg, vy;
-        rload(&vg, g, i);
-        rload(&vy, y, i);
+        vload(&vg, g + i);
+        vload(&vy, y + i);
         if (logsm) {
             vexp(&vy);
             vg = vg - vy * s;
         } else {
             vg = vy * (vg - s);
         }
-        rstore(gi, i, &vg);
+        vstore(gi + i, &vg);
     }
-    for (; i < n; i++) {
-        float gv = sload(g, i), yv = sload(y, i);
-        sstore(gi, i, logsm ? gv - sexp(yv) * s : yv * (gv - s));
-    }
+    for (; i < n; i++) gi[i] = logsm ? g[i] - sexp(y[i]) * s : y[i] * (g[i] - s);
 }
 
-static void row_f(tpu_op op, sm_ref out, sm_ref in0, sm_ref in1, int64_t n)
+static void row_f(tpu_op op, float *out, const float *in0, const float *in1, int64_t n)
 {
-    sm_ref none = { NULL, false };
     switch (op) {
     case TPU_OP_SOFTMAX: {
-        /* an f32 output keeps the exps and rescales them; a bf16 output
-         * recomputes them rather than round them twice */
         float m = row_max_f(in0, n);
-        double s = row_exp_sum_f(out.bf ? none : out, in0, n, m);
-        row_exp_scale_f(out, out.bf ? in0 : none, n, m, (float)(1.0 / s));
+        double s = row_exp_sum_f(out, in0, n, m);
+        row_scale_f(out, n, (float)(1.0 / s));
         break;
     }
     case TPU_OP_LOG_SOFTMAX: {
         float m = row_max_f(in0, n);
-        double s = row_exp_sum_f(none, in0, n, m);
+        double s = row_exp_sum_f(NULL, in0, n, m);
         row_sub2_f(out, in0, n, m, (float)log(s));
         break;
     }
@@ -290,7 +247,7 @@ static void row_f(tpu_op op, sm_ref out, sm_ref in0, sm_ref in1, int64_t n)
         row_bwd_f(false, out, in0, in1, n, (float)row_dot_f(in0, in1, n));
         break;
     case TPU_OP_LOG_SOFTMAX_BWD:
-        row_bwd_f(true, out, in0, in1, n, (float)row_dot_f(in0, none, n));
+        row_bwd_f(true, out, in0, in1, n, (float)row_dot_f(in0, NULL, n));
         break;
     default:
         break;
@@ -466,9 +423,35 @@ SM_CLONES static void cols_f(tpu_op op, const sm_cols *c, int64_t D)
 #define SM_TO_BF16(x) tpu_f32_to_bf16((float)(x))
 #define SM_TO_F16(x) tpu_f32_to_f16((float)(x))
 
+SM_CLONES static void row_to_bf16(uint16_t *d, const float *s, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + SM_W <= n; i += SM_W) {
+        vf v;
+        vload(&v, s + i);
+        vstore_bf16(d + i, &v);
+    }
+    for (; i < n; i++) d[i] = tpu_f32_to_bf16(s[i]);
+}
+
+SM_CLONES static void row_from_bf16(float *d, const uint16_t *s, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + SM_W <= n; i += SM_W) {
+        vf v;
+        vload_bf16(&v, s + i);
+        vstore(d + i, &v);
+    }
+    for (; i < n; i++) d[i] = tpu_bf16_to_f32(s[i]);
+}
+
 /* dst (float, or double if dbl) <- n elements of t at element offset off, stride st */
 static void sm_gather(void *dst, bool dbl, const tpu_tensor *t, int64_t off, int64_t st, int64_t n)
 {
+    if (!dbl && t->dtype == TPU_BF16 && st == 1) {
+        row_from_bf16(dst, (const uint16_t *)t->base + off, n);
+        return;
+    }
     switch (t->dtype) {
     case TPU_F32: if (dbl) SM_GATHER(double, float, SM_ID); else SM_GATHER(float, float, SM_ID); break;
     case TPU_F64: if (dbl) SM_GATHER(double, double, SM_ID); else SM_GATHER(float, double, SM_ID); break;
@@ -484,6 +467,10 @@ static void sm_gather(void *dst, bool dbl, const tpu_tensor *t, int64_t off, int
 
 static void sm_scatter(const tpu_tensor *t, int64_t off, int64_t st, const void *src, bool dbl, int64_t n)
 {
+    if (!dbl && t->dtype == TPU_BF16 && st == 1) {
+        row_to_bf16((uint16_t *)t->base + off, src, n);
+        return;
+    }
     switch (t->dtype) {
     case TPU_F32: if (dbl) SM_SCATTER(double, float, SM_TO_F32); else SM_SCATTER(float, float, SM_ID); break;
     case TPU_F64: if (dbl) SM_SCATTER(double, double, SM_ID); else SM_SCATTER(float, double, SM_ID); break;
@@ -547,22 +534,14 @@ static void sm_lines(void *ctx, int64_t b, int64_t e)
             void *ptr[3] = { NULL, NULL, NULL };
             for (int k = 0; k < p->nops; k++) {
                 if (p->direct[k]) {
-                    ptr[k] = (char *)t[k].base + (size_t)off[k] * tpu_dtype_size((tpu_dtype)t[k].dtype);
+                    ptr[k] = (char *)t[k].base + (size_t)off[k] * esz;
                 } else {
                     ptr[k] = buf + (size_t)k * (size_t)p->D * esz;
                     if (k > 0) sm_gather(ptr[k], p->dbl, &t[k], off[k], p->dst[k], p->D);
                 }
             }
-            if (p->dbl) {
-                row_d(p->a->op, ptr[0], ptr[1], ptr[2], p->D);
-            } else {
-                sm_ref r[3];
-                for (int k = 0; k < 3; k++) {
-                    r[k].p = ptr[k];
-                    r[k].bf = k < p->nops && p->direct[k] && t[k].dtype == TPU_BF16;
-                }
-                row_f(p->a->op, r[0], r[1], r[2], p->D);
-            }
+            if (p->dbl) row_d(p->a->op, ptr[0], ptr[1], ptr[2], p->D);
+            else row_f(p->a->op, ptr[0], ptr[1], ptr[2], p->D);
             if (!p->direct[0]) sm_scatter(&t[0], off[0], p->dst[0], ptr[0], p->dbl, p->D);
         }
         for (int64_t r = 0; r < run; r++) {
@@ -610,8 +589,7 @@ tpu_status tpu_k_softmax(tpu_kargs *a)
     for (int k = 0; k < nops; k++) {
         const tpu_tensor *t = &a->t[k];
         p.dst[k] = ndim > 0 ? t->strides[dim] : 0;
-        bool rowtype = t->dtype == (int32_t)native || (!p.dbl && t->dtype == TPU_BF16);
-        p.direct[k] = rowtype && (p.dst[k] == 1 || p.D == 1);
+        p.direct[k] = t->dtype == (int32_t)native && (p.dst[k] == 1 || p.D == 1);
         p.any_gather |= !p.direct[k];
     }
     for (int d = 0; d < ndim; d++) {

@@ -1,0 +1,1020 @@
+/* test_kernels_nn.c - softmax, nll loss, layer norm, index and AdamW kernels.
+ *
+ * Each case builds operands in plain host memory (kernels see host pointers),
+ * runs the fast kernel and the reference kernel into separate outputs with
+ * the same layout, and compares them; every output byte that is not an
+ * element of the view (guards around the storage, holes of padded views)
+ * must still hold the sentinel pattern. Layouts: contiguous, transposed
+ * (dims stored in reverse order), padded (every dim's extent +1, offset 3).
+ * A few cases are checked against hand-computed numbers, and every
+ * out-of-range index or target must fail with PyTorch's message. */
+#include "kernels/kernels-impl.h"
+#include "test.h"
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define GUARD 64
+#define PAT 0xA5
+
+enum { L_CONTIG = 0, L_PERM = 1, L_PAD = 2, L_PERM_PAD = 3 };
+
+typedef struct hten {
+    tpu_tensor t;
+    unsigned char *mem;        /* GUARD | storage | GUARD */
+    size_t bytes;              /* storage bytes */
+} hten;
+
+static char case_desc[256];
+static long ncompared;          /* output tensors compared fast vs ref */
+
+/* ---- random numbers (xorshift64*) ---- */
+
+static uint64_t rng_s = 0x9E3779B97F4A7C15ull;
+
+static uint64_t rng_next(void)
+{
+    rng_s ^= rng_s >> 12;
+    rng_s ^= rng_s << 25;
+    rng_s ^= rng_s >> 27;
+    return rng_s * 0x2545F4914F6CDD1Dull;
+}
+
+static double urand(double lo, double hi) { return lo + (hi - lo) * (double)(rng_next() >> 11) * 0x1.0p-53; }
+static int64_t irand(int64_t n) { return (int64_t)(rng_next() % (uint64_t)n); }
+
+/* ---- host tensors ---- */
+
+static void hmk(hten *h, tpu_dtype dt, int ndim, const int64_t *sizes, int layout)
+{
+    memset(h, 0, sizeof *h);
+    tpu_tensor *t = &h->t;
+    t->dtype = dt;
+    t->ndim = ndim;
+    int64_t st = 1;
+    for (int q = 0; q < ndim; q++) {
+        int d = (layout & L_PERM) ? q : ndim - 1 - q;          /* innermost first */
+        t->sizes[d] = sizes[d];
+        t->strides[d] = st;
+        int64_t ext = sizes[d] + ((layout & L_PAD) ? 1 : 0);
+        st *= ext > 0 ? ext : 1;
+    }
+    t->offset = (layout & L_PAD) ? 3 : 0;
+    h->bytes = (size_t)(t->offset + st) * tpu_dtype_size(dt);
+    h->mem = malloc(h->bytes + 2 * GUARD);
+    if (!h->mem) abort();
+    memset(h->mem, PAT, h->bytes + 2 * GUARD);
+    t->base = h->mem + GUARD;
+    t->nbytes = h->bytes;
+}
+
+static void hmk1(hten *h, tpu_dtype dt, int64_t n, int layout) { hmk(h, dt, 1, &n, layout); }
+
+/* same layout and contents */
+static void hclone(hten *d, const hten *s)
+{
+    *d = *s;
+    d->mem = malloc(s->bytes + 2 * GUARD);
+    if (!d->mem) abort();
+    memcpy(d->mem, s->mem, s->bytes + 2 * GUARD);
+    d->t.base = d->mem + GUARD;
+}
+
+static void hfree(hten *h)
+{
+    free(h->mem);
+    h->mem = NULL;
+}
+
+static int64_t hnumel(const tpu_tensor *t)
+{
+    int64_t n = 1;
+    for (int d = 0; d < t->ndim; d++) n *= t->sizes[d];
+    return n;
+}
+
+/* element offset of row-major element `lin` */
+static int64_t hoff(const tpu_tensor *t, int64_t lin)
+{
+    int64_t off = t->offset;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        off += (lin % t->sizes[d]) * t->strides[d];
+        lin /= t->sizes[d];
+    }
+    return off;
+}
+
+static void *hptr(const tpu_tensor *t, int64_t lin)
+{
+    return (char *)t->base + (size_t)hoff(t, lin) * tpu_dtype_size((tpu_dtype)t->dtype);
+}
+
+static double hget(const hten *h, int64_t lin) { return tpu_load_f64(hptr(&h->t, lin), (tpu_dtype)h->t.dtype); }
+static void hset(hten *h, int64_t lin, double v) { tpu_store_f64(hptr(&h->t, lin), (tpu_dtype)h->t.dtype, v); }
+
+static void hfill(hten *h, double lo, double hi)
+{
+    for (int64_t i = 0; i < hnumel(&h->t); i++) hset(h, i, urand(lo, hi));
+}
+
+static void hfill_int(hten *h, int64_t n)
+{
+    for (int64_t i = 0; i < hnumel(&h->t); i++) tpu_store_i64(hptr(&h->t, i), (tpu_dtype)h->t.dtype, irand(n));
+}
+
+/* Bytes outside the view's elements still hold the pattern? */
+static bool hguards_ok(const hten *h)
+{
+    size_t total = h->bytes + 2 * GUARD, es = tpu_dtype_size((tpu_dtype)h->t.dtype);
+    unsigned char *mark = calloc(total, 1);
+    if (!mark) abort();
+    for (int64_t i = 0; i < hnumel(&h->t); i++) memset(mark + GUARD + (size_t)hoff(&h->t, i) * es, 1, es);
+    bool ok = true;
+    for (size_t b = 0; b < total; b++)
+        if (!mark[b] && h->mem[b] != PAT) ok = false;
+    free(mark);
+    return ok;
+}
+
+/* |fast - ref| <= rtol*|ref| + atol*max(1, max|ref|); NaN and inf must match. */
+static void hcmp(const char *what, const hten *f, const hten *r, double rtol, double atol)
+{
+    CHECK_MSG(hguards_ok(f), "%s [%s]: fast kernel wrote outside the view", what, case_desc);
+    CHECK_MSG(hguards_ok(r), "%s [%s]: ref kernel wrote outside the view", what, case_desc);
+    ncompared++;
+    int64_t n = hnumel(&r->t);
+    double maxabs = 1;
+    for (int64_t i = 0; i < n; i++) {
+        double v = fabs(hget(r, i));
+        if (isfinite(v) && v > maxabs) maxabs = v;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        double a = hget(f, i), b = hget(r, i);
+        bool ok;
+        if (isnan(b) || isnan(a)) ok = isnan(a) && isnan(b);
+        else if (isinf(b) || isinf(a)) ok = a == b;
+        else ok = fabs(a - b) <= rtol * fabs(b) + atol * maxabs;
+        if (!ok) {
+            CHECK_MSG(ok, "%s [%s]: element %lld fast %.9g ref %.9g", what, case_desc, (long long)i, a, b);
+            return;
+        }
+    }
+}
+
+static double tol(tpu_dtype dt)
+{
+    switch (dt) {
+    case TPU_F64: return 1e-11;
+    case TPU_F32: return 2e-5;
+    case TPU_F16: return 3e-3;
+    case TPU_BF16: return 2e-2;
+    default: return 0;
+    }
+}
+
+static tpu_status run(bool ref, tpu_op op, const tpu_tensor *ops, int n, const tpu_params *p, char *err)
+{
+    tpu_kargs a;
+    memset(&a, 0, sizeof a);
+    a.op = op;
+    a.n = n;
+    memcpy(a.t, ops, (size_t)n * sizeof *ops);
+    a.p = *p;
+    tpu_status s = ref ? tpu_ref_run(&a) : tpu_kernel_run(&a);
+    if (err) snprintf(err, 256, "%s", a.err);
+    if (s != TPU_OK && !err)
+        CHECK_MSG(s == TPU_OK, "%s %s [%s]: %s: %s", ref ? "ref" : "fast", tpu_op_name(op), case_desc,
+                  tpu_status_name(s), a.err);
+    return s;
+}
+
+static const tpu_dtype float_dtypes[] = { TPU_F32, TPU_F64, TPU_BF16, TPU_F16 };
+#define NFLOAT 4
+
+/* ================= softmax ================= */
+
+static void softmax_case(tpu_op op, tpu_dtype dt, int ndim, const int64_t *sizes, int dim, int lo, int li)
+{
+    bool bwd = op == TPU_OP_SOFTMAX_BWD || op == TPU_OP_LOG_SOFTMAX_BWD;
+    snprintf(case_desc, sizeof case_desc, "%s %s ndim %d dim %d out-layout %d in-layout %d", tpu_op_name(op),
+             tpu_dtype_name(dt), ndim, dim, lo, li);
+    hten x, y, of, orf;
+    hmk(&x, dt, ndim, sizes, li);
+    hmk(&y, dt, ndim, sizes, li);
+    hfill(&x, bwd ? -1 : -4, bwd ? 1 : 4);
+    if (op == TPU_OP_SOFTMAX_BWD) hfill(&y, 0, 1);
+    else hfill(&y, -6, 0);
+    if (!bwd && hnumel(&x.t) > 2) hset(&x, 1, -INFINITY);      /* a masked element */
+    hmk(&of, dt, ndim, sizes, lo);
+    hclone(&orf, &of);
+    tpu_tensor ops[3] = { of.t, x.t, y.t };
+    tpu_params p;
+    memset(&p, 0, sizeof p);
+    p.i[0] = dim;
+    run(false, op, ops, bwd ? 3 : 2, &p, NULL);
+    ops[0] = orf.t;
+    run(true, op, ops, bwd ? 3 : 2, &p, NULL);
+    hcmp("softmax out", &of, &orf, tol(dt), tol(dt));
+    hfree(&x);
+    hfree(&y);
+    hfree(&of);
+    hfree(&orf);
+}
+
+static void test_softmax_vs_ref(void)
+{
+    static const struct { int ndim; int64_t sizes[3]; } shapes[] = {
+        { 0, { 0 } }, { 1, { 7 } }, { 2, { 3, 5 } }, { 3, { 3, 5, 7 } }, { 2, { 3, 131 } }, { 1, { 1031 } },
+        { 2, { 2, 1031 } }, { 2, { 0, 5 } }, { 3, { 5, 1, 3 } },
+    };
+    for (int op = TPU_OP_SOFTMAX; op <= TPU_OP_LOG_SOFTMAX_BWD; op++)
+        for (int di = 0; di < NFLOAT; di++)
+            for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+                for (int dim = 0; dim < (shapes[s].ndim ? shapes[s].ndim : 1); dim++)
+                    for (int lo = 0; lo < 3; lo++)
+                        for (int li = 0; li < 3; li++) {
+                            if (shapes[s].sizes[0] * shapes[s].sizes[1] > 1000 && (lo != li || lo == 1)) continue;
+                            softmax_case((tpu_op)op, float_dtypes[di], shapes[s].ndim, shapes[s].sizes, dim,
+                                         lo == 2 ? L_PERM_PAD : lo, li == 2 ? L_PAD : li);
+                        }
+}
+
+/* runs op on a 1-d f32/f64 vector, out contiguous */
+static void softmax_1d(tpu_op op, tpu_dtype dt, const double *in0, const double *in1, int64_t n, double *out)
+{
+    hten x, y, o;
+    hmk1(&x, dt, n, L_CONTIG);
+    hmk1(&y, dt, n, L_CONTIG);
+    hmk1(&o, dt, n, L_CONTIG);
+    for (int64_t i = 0; i < n; i++) {
+        hset(&x, i, in0[i]);
+        if (in1) hset(&y, i, in1[i]);
+    }
+    tpu_tensor ops[3] = { o.t, x.t, y.t };
+    tpu_params p;
+    memset(&p, 0, sizeof p);
+    run(false, op, ops, in1 ? 3 : 2, &p, NULL);
+    for (int64_t i = 0; i < n; i++) out[i] = hget(&o, i);
+    hfree(&x);
+    hfree(&y);
+    hfree(&o);
+}
+
+static void test_softmax_hand(void)
+{
+    snprintf(case_desc, sizeof case_desc, "hand values");
+    for (int di = 0; di < 2; di++) {
+        tpu_dtype dt = float_dtypes[di];
+        double e = dt == TPU_F32 ? 1e-6 : 1e-14, o[2];
+        double x[2] = { 0, log(2.0) };
+        softmax_1d(TPU_OP_SOFTMAX, dt, x, NULL, 2, o);
+        CHECK(fabs(o[0] - 1.0 / 3) < e && fabs(o[1] - 2.0 / 3) < e);
+        softmax_1d(TPU_OP_LOG_SOFTMAX, dt, x, NULL, 2, o);
+        CHECK(fabs(o[0] + log(3.0)) < e && fabs(o[1] - log(2.0 / 3)) < e);
+        double y[2] = { 1.0 / 3, 2.0 / 3 }, g[2] = { 1, 0 };
+        softmax_1d(TPU_OP_SOFTMAX_BWD, dt, g, y, 2, o);                /* y*(g - sum(g*y)) */
+        CHECK(fabs(o[0] - 2.0 / 9) < e && fabs(o[1] + 2.0 / 9) < e);
+        double ly[2] = { log(1.0 / 3), log(2.0 / 3) };
+        softmax_1d(TPU_OP_LOG_SOFTMAX_BWD, dt, g, ly, 2, o);           /* g - exp(y)*sum(g) */
+        CHECK(fabs(o[0] - 2.0 / 3) < e && fabs(o[1] + 2.0 / 3) < e);
+        double m[2] = { -INFINITY, 0 };
+        softmax_1d(TPU_OP_SOFTMAX, dt, m, NULL, 2, o);
+        CHECK(o[0] == 0 && o[1] == 1);
+        softmax_1d(TPU_OP_LOG_SOFTMAX, dt, m, NULL, 2, o);
+        CHECK(o[0] == -INFINITY && o[1] == 0);
+        double nn[2] = { NAN, 1 }, inf[2] = { INFINITY, 1 };      /* PyTorch: all NaN */
+        softmax_1d(TPU_OP_SOFTMAX, dt, nn, NULL, 2, o);
+        CHECK(isnan(o[0]) && isnan(o[1]));
+        softmax_1d(TPU_OP_SOFTMAX, dt, inf, NULL, 2, o);
+        CHECK(isnan(o[0]) && isnan(o[1]));
+        /* a long row through the vector loops: softmax(log(1..n)) = i / (n(n+1)/2) */
+        enum { N = 1031 };
+        static double lx[N], lo[N];
+        for (int i = 0; i < N; i++) lx[i] = log(i + 1.0);
+        softmax_1d(TPU_OP_SOFTMAX, dt, lx, NULL, N, lo);
+        double worst = 0;
+        for (int i = 0; i < N; i++) {
+            double want = (i + 1.0) / (N * (N + 1.0) / 2);
+            worst = fmax(worst, fabs(lo[i] - want) / want);
+        }
+        CHECK_MSG(worst < (dt == TPU_F32 ? 2e-6 : 1e-13), "softmax(log(1..n)) relative error %g", worst);
+    }
+    /* 0-dim: softmax 1, log_softmax 0 */
+    hten x, o;
+    hmk(&x, TPU_F32, 0, NULL, L_CONTIG);
+    hmk(&o, TPU_F32, 0, NULL, L_CONTIG);
+    hset(&x, 0, 3.0);
+    tpu_tensor ops[2] = { o.t, x.t };
+    tpu_params p;
+    memset(&p, 0, sizeof p);
+    run(false, TPU_OP_SOFTMAX, ops, 2, &p, NULL);
+    CHECK(hget(&o, 0) == 1.0);
+    run(false, TPU_OP_LOG_SOFTMAX, ops, 2, &p, NULL);
+    CHECK(hget(&o, 0) == 0.0);
+    hfree(&x);
+    hfree(&o);
+}
+
+/* ================= nll loss ================= */
+
+/* N < 0: 1-d x of C classes, 0-dim target */
+static void nll_case(tpu_dtype dt, int64_t N, int64_t C, int reduction, bool weighted, int64_t ignore, int xl)
+{
+    snprintf(case_desc, sizeof case_desc, "nll %s N %lld C %lld reduction %d weight %d ignore %lld layout %d",
+             tpu_dtype_name(dt), (long long)N, (long long)C, reduction, weighted, (long long)ignore, xl);
+    bool two = N >= 0;
+    int64_t n = two ? N : 1, xs[2] = { N, C };
+    hten x, tg, w, lf, lr, twf, twr;
+    if (two) hmk(&x, dt, 2, xs, xl);
+    else hmk1(&x, dt, C, xl);
+    hfill(&x, -5, 0);
+    if (two) hmk1(&tg, TPU_I64, n, L_PAD);
+    else hmk(&tg, TPU_I64, 0, NULL, L_CONTIG);
+    hfill_int(&tg, C);
+    for (int64_t i = 0; i < n; i += 3) tpu_store_i64(hptr(&tg.t, i), TPU_I64, ignore);    /* some ignored */
+    hmk1(&w, dt, C, L_CONTIG);
+    hfill(&w, 0.1, 2);
+    bool per_sample = reduction == 0 && two;
+    if (per_sample) hmk1(&lf, dt, n, L_PAD);
+    else hmk(&lf, dt, 0, NULL, L_CONTIG);
+    hclone(&lr, &lf);
+    hmk(&twf, dt, 0, NULL, L_CONTIG);
+    hclone(&twr, &twf);
+    tpu_tensor ops[5] = { lf.t, twf.t, x.t, tg.t, w.t };
+    tpu_params p;
+    memset(&p, 0, sizeof p);
+    p.i[0] = reduction;
+    p.i[1] = ignore;
+    int nops = weighted ? 5 : 4;
+    run(false, TPU_OP_NLL_LOSS, ops, nops, &p, NULL);
+    ops[0] = lr.t;
+    ops[1] = twr.t;
+    run(true, TPU_OP_NLL_LOSS, ops, nops, &p, NULL);
+    hcmp("nll loss", &lf, &lr, tol(dt), tol(dt) * 1e-2);
+    hcmp("nll total_weight", &twf, &twr, tol(dt), tol(dt) * 1e-2);
+
+    /* backward */
+    hten gf, gr, go;
+    if (two) hmk(&gf, dt, 2, xs, xl ^ L_PERM);
+    else hmk1(&gf, dt, C, L_PAD);
+    hclone(&gr, &gf);
+    if (per_sample) hmk1(&go, dt, n, L_PAD);
+    else hmk(&go, dt, 0, NULL, L_CONTIG);
+    hfill(&go, -1, 1);
+    tpu_tensor bops[5] = { gf.t, go.t, tg.t, twr.t, w.t };
+    run(false, TPU_OP_NLL_LOSS_BWD, bops, nops, &p, NULL);
+    bops[0] = gr.t;
+    run(true, TPU_OP_NLL_LOSS_BWD, bops, nops, &p, NULL);
+    hcmp("nll grad_x", &gf, &gr, tol(dt), tol(dt) * 1e-2);
+    hten *all[] = { &x, &tg, &w, &lf, &lr, &twf, &twr, &gf, &gr, &go };
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) hfree(all[i]);
+}
+
+static void test_nll_vs_ref(void)
+{
+    static const int64_t Ns[] = { -1, 0, 1, 7, 13 }, Cs[] = { 1, 5, 11 };
+    for (int di = 0; di < NFLOAT; di++)
+        for (size_t ni = 0; ni < sizeof Ns / sizeof Ns[0]; ni++)
+            for (size_t ci = 0; ci < sizeof Cs / sizeof Cs[0]; ci++)
+                for (int red = 0; red < 3; red++)
+                    for (int wt = 0; wt < 2; wt++)
+                        for (int ig = 0; ig < 2; ig++)
+                            nll_case(float_dtypes[di], Ns[ni], Cs[ci], red, wt, ig ? (Cs[ci] > 2 ? 2 : 0) : -100,
+                                     (int)((ni + ci + (size_t)red) % 3) == 2 ? L_PAD : (int)((ni + ci) % 2));
+}
+
+/* loss of x = [[-1,-2],[-3,-4]] with targets t; returns (loss, total_weight) */
+static void nll_hand(int reduction, const int64_t *t, const double *w, double *loss, double *tw, double *grad)
+{
+    int64_t xs[2] = { 2, 2 };
+    hten x, tg, wt, l, twt, g, go;
+    hmk(&x, TPU_F32, 2, xs, L_CONTIG);
+    for (int i = 0; i < 4; i++) hset(&x, i, -(i + 1.0));
+    hmk1(&tg, TPU_I64, 2, L_CONTIG);
+    for (int i = 0; i < 2; i++) tpu_store_i64(hptr(&tg.t, i), TPU_I64, t[i]);
+    hmk1(&wt, TPU_F32, 2, L_CONTIG);
+    if (w) for (int i = 0; i < 2; i++) hset(&wt, i, w[i]);
+    if (reduction == 0) hmk1(&l, TPU_F32, 2, L_CONTIG);
+    else hmk(&l, TPU_F32, 0, NULL, L_CONTIG);
+    hmk(&twt, TPU_F32, 0, NULL, L_CONTIG);
+    tpu_tensor ops[5] = { l.t, twt.t, x.t, tg.t, wt.t };
+    tpu_params p;
+    memset(&p, 0, sizeof p);
+    p.i[0] = reduction;
+    p.i[1] = -100;
+    run(false, TPU_OP_NLL_LOSS, ops, w ? 5 : 4, &p, NULL);
+    loss[0] = hget(&l, 0);
+    if (reduction == 0) loss[1] = hget(&l, 1);
+    *tw = hget(&twt, 0);
+    hmk(&g, TPU_F32, 2, xs, L_CONTIG);
+    memset(g.t.base, 0x7f, g.bytes);                   /* must be fully overwritten */
+    if (reduction == 0) hmk1(&go, TPU_F32, 2, L_CONTIG);
+    else hmk(&go, TPU_F32, 0, NULL, L_CONTIG);
+    for (int64_t i = 0; i < hnumel(&go.t); i++) hset(&go, i, 1.0);
+    tpu_tensor bops[5] = { g.t, go.t, tg.t, twt.t, wt.t };
+    run(false, TPU_OP_NLL_LOSS_BWD, bops, w ? 5 : 4, &p, NULL);
+    for (int i = 0; i < 4; i++) grad[i] = hget(&g, i);
+    hten *all[] = { &x, &tg, &wt, &l, &twt, &g, &go };
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) hfree(all[i]);
+}
+
+static void test_nll_hand(void)
+{
+    snprintf(case_desc, sizeof case_desc, "nll hand values");
+    double loss[2], tw, g[4];
+    int64_t t01[2] = { 0, 1 }, ign[2] = { -100, -100 }, t1i[2] = { -100, 1 };
+    double w[2] = { 1, 3 };
+    nll_hand(1, t01, NULL, loss, &tw, g);              /* (1 + 4)/2 */
+    CHECK(loss[0] == 2.5 && tw == 2);
+    CHECK(g[0] == -0.5 && g[1] == 0 && g[2] == 0 && g[3] == -0.5);
+    nll_hand(1, t01, w, loss, &tw, g);                 /* (1*1 + 3*4)/(1 + 3) */
+    CHECK(loss[0] == 3.25 && tw == 4);
+    CHECK(g[0] == -0.25 && g[3] == -0.75 && g[1] == 0 && g[2] == 0);
+    nll_hand(2, t01, w, loss, &tw, g);
+    CHECK(loss[0] == 13 && tw == 4 && g[0] == -1 && g[3] == -3);
+    nll_hand(0, t1i, w, loss, &tw, g);                 /* none: per sample, total_weight 0 */
+    CHECK(loss[0] == 0 && loss[1] == 12 && tw == 0);
+    CHECK(g[0] == 0 && g[1] == 0 && g[2] == 0 && g[3] == -3);
+    nll_hand(1, ign, NULL, loss, &tw, g);              /* all ignored: NaN, like PyTorch */
+    CHECK(isnan(loss[0]) && tw == 0);
+    CHECK(g[0] == 0 && g[1] == 0 && g[2] == 0 && g[3] == 0);
+}
+
+static void test_nll_errors(void)
+{
+    static const int64_t bad[] = { 5, -1, 100 };
+    for (size_t bi = 0; bi < sizeof bad / sizeof bad[0]; bi++)
+        for (int ref = 0; ref < 2; ref++) {
+            snprintf(case_desc, sizeof case_desc, "nll target %lld %s", (long long)bad[bi], ref ? "ref" : "fast");
+            int64_t xs[2] = { 3, 5 };
+            hten x, tg, l, l0, twt, g, g0, go;
+            hmk(&x, TPU_F32, 2, xs, L_CONTIG);
+            hfill(&x, -3, 0);
+            hmk1(&tg, TPU_I64, 3, L_CONTIG);
+            int64_t tv[3] = { 1, bad[bi], 2 };
+            for (int i = 0; i < 3; i++) tpu_store_i64(hptr(&tg.t, i), TPU_I64, tv[i]);
+            hmk(&l, TPU_F32, 0, NULL, L_CONTIG);
+            hmk(&twt, TPU_F32, 0, NULL, L_CONTIG);
+            hclone(&l0, &l);
+            tpu_tensor ops[4] = { l.t, twt.t, x.t, tg.t };
+            tpu_params p;
+            memset(&p, 0, sizeof p);
+            p.i[0] = 1;
+            p.i[1] = -100;
+            char err[256], want[64];
+            snprintf(want, sizeof want, "Target %lld is out of bounds.", (long long)bad[bi]);
+            CHECK(run(ref, TPU_OP_NLL_LOSS, ops, 4, &p, err) == TPU_ERROR_KERNEL);
+            CHECK_MSG(strcmp(err, want) == 0, "message '%s'", err);
+            CHECK(memcmp(l.mem, l0.mem, l.bytes + 2 * GUARD) == 0);
+            hmk(&g, TPU_F32, 2, xs, L_CONTIG);
+            hclone(&g0, &g);
+            hmk(&go, TPU_F32, 0, NULL, L_CONTIG);
+            hset(&go, 0, 1);
+            hset(&twt, 0, 2);
+            tpu_tensor bops[4] = { g.t, go.t, tg.t, twt.t };
+            err[0] = 0;
+            CHECK(run(ref, TPU_OP_NLL_LOSS_BWD, bops, 4, &p, err) == TPU_ERROR_KERNEL);
+            CHECK_MSG(strcmp(err, want) == 0, "message '%s'", err);
+            CHECK(memcmp(g.mem, g0.mem, g.bytes + 2 * GUARD) == 0);
+            hten *all[] = { &x, &tg, &l, &l0, &twt, &g, &g0, &go };
+            for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) hfree(all[i]);
+        }
+}
+
+/* ================= layer norm ================= */
+
+/* ndim/sizes of x; M normalized elements; rows the number of rows */
+static void ln_case(tpu_dtype dt, int ndim, const int64_t *sizes, int64_t M, int64_t rows, int xl, int yl, bool hw,
+                    bool hb)
+{
+    snprintf(case_desc, sizeof case_desc, "layer_norm %s ndim %d M %lld x-layout %d y-layout %d w %d b %d",
+             tpu_dtype_name(dt), ndim, (long long)M, xl, yl, hw, hb);
+    hten x, w, b, yf, yr, mf, mr, rf, rr;
+    hmk(&x, dt, ndim, sizes, xl);
+    hfill(&x, -1.5, 4.5);
+    hmk1(&w, dt, M, L_CONTIG);
+    hfill(&w, 0.5, 1.5);
+    hmk1(&b, dt, M, L_CONTIG);
+    hfill(&b, -1, 1);
+    hmk(&yf, dt, ndim, sizes, yl);
+    hclone(&yr, &yf);
+    hmk1(&mf, dt, rows, L_CONTIG);
+    hclone(&mr, &mf);
+    hmk1(&rf, dt, rows, L_CONTIG);
+    hclone(&rr, &rf);
+    tpu_tensor ops[6] = { yf.t, mf.t, rf.t, x.t };
+    int n = 4;
+    if (hw) ops[n++] = w.t;
+    if (hb) ops[n++] = b.t;
+    tpu_params p;
+    memset(&p, 0, sizeof p);
+    p.i[0] = M;
+    p.i[1] = hw;
+    p.i[2] = hb;
+    p.f[0] = 1e-5;
+    run(false, TPU_OP_LAYER_NORM, ops, n, &p, NULL);
+    ops[0] = yr.t;
+    ops[1] = mr.t;
+    ops[2] = rr.t;
+    run(true, TPU_OP_LAYER_NORM, ops, n, &p, NULL);
+    double e = tol(dt);
+    hcmp("layer_norm y", &yf, &yr, e, e);
+    hcmp("layer_norm mean", &mf, &mr, e, e);
+    hcmp("layer_norm rstd", &rf, &rr, e, e);
+
+    /* backward, with each set of requested outputs */
+    for (int want = 0; want < 3; want++) {           /* 0 all, 1 dx only, 2 dw/db only */
+        hten g, dxf, dxr, dwf, dwr, dbf, dbr;
+        hmk(&g, dt, ndim, sizes, yl);
+        hfill(&g, -1, 1);
+        hmk(&dxf, dt, ndim, sizes, yl ^ L_PAD);
+        hclone(&dxr, &dxf);
+        hmk1(&dwf, dt, M, L_CONTIG);
+        hclone(&dwr, &dwf);
+        hmk1(&dbf, dt, M, L_CONTIG);
+        hclone(&dbr, &dbf);
+        tpu_tensor none = tpu_tensor_scalar_f(0, dt);
+        tpu_tensor bops[8] = { want == 2 ? none : dxf.t, want == 1 ? none : dwf.t, want == 1 ? none : dbf.t,
+                               g.t, x.t, mr.t, rr.t, w.t };
+        int bn = hw ? 8 : 7;
+        run(false, TPU_OP_LAYER_NORM_BWD, bops, bn, &p, NULL);
+        if (want != 2) bops[0] = dxr.t;
+        if (want != 1) {
+            bops[1] = dwr.t;
+            bops[2] = dbr.t;
+        }
+        run(true, TPU_OP_LAYER_NORM_BWD, bops, bn, &p, NULL);
+        hcmp("layer_norm_backward dx", &dxf, &dxr, e, e);
+        hcmp("layer_norm_backward dw", &dwf, &dwr, e, e);
+        hcmp("layer_norm_backward db", &dbf, &dbr, e, e);
+        hten *all[] = { &g, &dxf, &dxr, &dwf, &dwr, &dbf, &dbr };
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) hfree(all[i]);
+    }
+    hten *all[] = { &x, &w, &b, &yf, &yr, &mf, &mr, &rf, &rr };
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) hfree(all[i]);
+}
+
+static void test_layer_norm_vs_ref(void)
+{
+    static const struct { int ndim; int64_t sizes[3]; int64_t M, rows; } cases[] = {
+        { 3, { 3, 5, 7 }, 7, 15 }, { 3, { 3, 5, 7 }, 35, 3 }, { 3, { 3, 5, 7 }, 105, 1 },
+        { 2, { 11, 13 }, 13, 11 }, { 2, { 3, 1031 }, 1031, 3 }, { 1, { 5 }, 1, 5 },
+        { 2, { 0, 7 }, 7, 0 }, { 2, { 4, 0 }, 0, 4 }, { 3, { 2, 1, 9 }, 9, 2 },
+    };
+    for (int di = 0; di < NFLOAT; di++)
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+            for (int xl = 0; xl < 3; xl++)
+                for (int wb = 0; wb < 4; wb++)
+                    ln_case(float_dtypes[di], cases[c].ndim, cases[c].sizes, cases[c].M, cases[c].rows,
+                            xl == 2 ? L_PAD : xl, (xl + wb) % 2 ? L_PAD : L_CONTIG, wb & 1, wb & 2);
+}
+
+static void test_layer_norm_hand(void)
+{
+    snprintf(case_desc, sizeof case_desc, "layer_norm hand values");
+    int64_t s = 4;
+    hten x, y, m, r;
+    hmk(&x, TPU_F32, 1, &s, L_CONTIG);
+    hmk(&y, TPU_F32, 1, &s, L_CONTIG);
+    hmk1(&m, TPU_F32, 1, L_CONTIG);
+    hmk1(&r, TPU_F32, 1, L_CONTIG);
+    for (int i = 0; i < 4; i++) hset(&x, i, i + 1.0);
+    tpu_tensor ops[4] = { y.t, m.t, r.t, x.t };
+    tpu_params p;
+    memset(&p, 0, sizeof p);
+    p.i[0] = 4;                                        /* eps 0: var 1.25 */
+    run(false, TPU_OP_LAYER_NORM, ops, 4, &p, NULL);
+    double rstd = 1 / sqrt(1.25);
+    CHECK(fabs(hget(&m, 0) - 2.5) < 1e-6 && fabs(hget(&r, 0) - rstd) < 1e-6);
+    for (int i = 0; i < 4; i++) CHECK(fabs(hget(&y, i) - (i + 1 - 2.5) * rstd) < 1e-6);
+    hten *all[] = { &x, &y, &m, &r };
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) hfree(all[i]);
+}
+
+/* ================= index ops ================= */
+
+static const tpu_dtype index_dtypes[] = { TPU_F32, TPU_F64, TPU_BF16, TPU_F16, TPU_I64, TPU_I32 };
+#define NINDEX_DT 6
+
+static void fill_any(hten *h)
+{
+    if (tpu_dtype_is_float((tpu_dtype)h->t.dtype)) hfill(h, -4, 4);
+    else hfill_int(h, 100);
+}
+
+/* index 1-d of length K (K < 0: 0-dim), values in [0, lim) */
+static void mk_index1(hten *ix, tpu_dtype idt, int64_t K, int64_t lim)
+{
+    if (K < 0) hmk(ix, idt, 0, NULL, L_CONTIG);
+    else hmk1(ix, idt, K, K % 2 ? L_PAD : L_CONTIG);
+    for (int64_t i = 0; i < hnumel(&ix->t); i++)
+        tpu_store_i64(hptr(&ix->t, i), idt, i == 1 ? tpu_load_i64(hptr(&ix->t, 0), idt) : irand(lim));  /* a duplicate */
+}
+
+static void select_case(tpu_dtype dt, tpu_dtype idt, int ndim, const int64_t *xs, int dim, int64_t K, int xl, int ol)
+{
+    snprintf(case_desc, sizeof case_desc, "index_select %s index %s ndim %d dim %d K %lld x-layout %d out-layout %d",
+             tpu_dtype_name(dt), tpu_dtype_name(idt), ndim, dim, (long long)K, xl, ol);
+    int64_t os[TPU_MAX_DIMS];
+    memcpy(os, xs, (size_t)ndim * sizeof *os);
+    if (ndim) os[dim] = K < 0 ? 1 : K;
+    hten x, ix, of, orf;
+    hmk(&x, dt, ndim, xs, xl);
+    fill_any(&x);
+    mk_index1(&ix, idt, K, ndim ? xs[dim] : 1);
+    hmk(&of, dt, ndim, os, ol);
+    hclone(&orf, &of);
+    tpu_tensor ops[3] = { of.t, x.t, ix.t };
+    tpu_params p;
+    memset(&p, 0, sizeof p);
+    p.i[0] = dim;
+    run(false, TPU_OP_INDEX_SELECT, ops, 3, &p, NULL);
+    ops[0] = orf.t;
+    run(true, TPU_OP_INDEX_SELECT, ops, 3, &p, NULL);
+    hcmp("index_select", &of, &orf, 0, 0);
+    hfree(&x);
+    hfree(&ix);
+    hfree(&of);
+    hfree(&orf);
+}
+
+/* gather (scatter=false) or scatter_add: index shape is, per dim, is[d] */
+static void gather_scatter_case(bool scatter, tpu_dtype dt, int ndim, const int64_t *xs, const int64_t *is, int dim,
+                                int xl, int il)
+{
+    snprintf(case_desc, sizeof case_desc, "%s %s ndim %d dim %d x-layout %d index-layout %d",
+             scatter ? "scatter_add" : "gather", tpu_dtype_name(dt), ndim, dim, xl, il);
+    hten x, ix, of, orf, src;
+    hmk(&x, dt, ndim, xs, xl);                       /* gather input, or the scatter_add output */
+    fill_any(&x);
+    hmk(&ix, TPU_I64, ndim, is, il);
+    hfill_int(&ix, ndim ? xs[dim] : 1);
+    tpu_params p;
+    memset(&p, 0, sizeof p);
+    p.i[0] = dim;
+    if (!scatter) {
+        hmk(&of, dt, ndim, is, xl ^ L_PERM);
+        hclone(&orf, &of);
+        tpu_tensor ops[3] = { of.t, x.t, ix.t };
+        run(false, TPU_OP_GATHER, ops, 3, &p, NULL);
+        ops[0] = orf.t;
+        run(true, TPU_OP_GATHER, ops, 3, &p, NULL);
+        hcmp("gather", &of, &orf, 0, 0);
+    } else {
+        int64_t ss[TPU_MAX_DIMS];
+        for (int d = 0; d < ndim; d++) ss[d] = is[d] + 1;
+        hmk(&src, dt, ndim, ss, il ^ L_PERM);
+        fill_any(&src);
+        hclone(&of, &x);
+        hclone(&orf, &x);
+        tpu_tensor ops[3] = { of.t, ix.t, src.t };
+        run(false, TPU_OP_SCATTER_ADD, ops, 3, &p, NULL);
+        ops[0] = orf.t;
+        run(true, TPU_OP_SCATTER_ADD, ops, 3, &p, NULL);
+        hcmp("scatter_add", &of, &orf, tol(dt), tol(dt));
+        hfree(&src);
+    }
+    hfree(&x);
+    hfree(&ix);
+    hfree(&of);
+    hfree(&orf);
+}
+
+static void index_add_case(tpu_dtype dt, tpu_dtype idt, int ndim, const int64_t *os, int dim, int64_t K, double alpha,
+                           int ol, int sl)
+{
+    snprintf(case_desc, sizeof case_desc, "index_add %s index %s ndim %d dim %d K %lld alpha %g layouts %d %d",
+             tpu_dtype_name(dt), tpu_dtype_name(idt), ndim, dim, (long long)K, alpha, ol, sl);
+    int64_t ss[TPU_MAX_DIMS];
+    memcpy(ss, os, (size_t)ndim * sizeof *ss);
+    if (ndim) ss[dim] = K < 0 ? 1 : K;
+    hten of, orf, ix, src;
+    hmk(&of, dt, ndim, os, ol);
+    fill_any(&of);
+    hclone(&orf, &of);
+    mk_index1(&ix, idt, K, ndim ? os[dim] : 1);
+    hmk(&src, dt, ndim, ss, sl);
+    fill_any(&src);
+    tpu_tensor ops[3] = { of.t, ix.t, src.t };
+    tpu_params p;
+    memset(&p, 0, sizeof p);
+    p.i[0] = dim;
+    p.f[0] = alpha;
+    run(false, TPU_OP_INDEX_ADD, ops, 3, &p, NULL);
+    ops[0] = orf.t;
+    run(true, TPU_OP_INDEX_ADD, ops, 3, &p, NULL);
+    hcmp("index_add", &of, &orf, tol(dt), tol(dt));
+    hfree(&of);
+    hfree(&orf);
+    hfree(&ix);
+    hfree(&src);
+}
+
+static void test_index_vs_ref(void)
+{
+    static const struct { int ndim; int64_t sizes[3]; } shapes[] = {
+        { 0, { 0 } }, { 1, { 7 } }, { 3, { 5, 7, 3 } }, { 2, { 11, 131 } }, { 2, { 0, 3 } },
+    };
+    static const int64_t Ks[] = { -1, 0, 1, 4, 9 };
+    for (int di = 0; di < NINDEX_DT; di++)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+            for (int dim = 0; dim < (shapes[s].ndim ? shapes[s].ndim : 1); dim++)
+                for (int lay = 0; lay < 4; lay++) {
+                    int nd = shapes[s].ndim;
+                    const int64_t *xs = shapes[s].sizes;
+                    for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++) {
+                        if (Ks[ki] != 1 && Ks[ki] != -1 && nd == 0) continue;
+                        if (Ks[ki] != 0 && nd && xs[dim] == 0) continue;
+                        tpu_dtype idt = (ki + (size_t)lay) % 2 ? TPU_I32 : TPU_I64;
+                        select_case(index_dtypes[di], idt, nd, xs, dim, Ks[ki], lay, 3 - lay);
+                        if (!tpu_dtype_is_float(index_dtypes[di]) && index_dtypes[di] != TPU_I64) continue;
+                        index_add_case(index_dtypes[di], idt, nd, xs, dim, Ks[ki], lay == 1 ? 0.5 : 1.0, lay,
+                                       3 - lay);
+                    }
+                    /* index shapes: smaller than x off dim, any size along dim */
+                    int64_t is[TPU_MAX_DIMS];
+                    for (int shrink = 0; shrink < 2; shrink++) {
+                        bool empty = false;
+                        for (int d = 0; d < nd; d++) {
+                            is[d] = d == dim ? (shrink ? 9 : xs[d]) : (shrink && xs[d] > 1 ? xs[d] - 1 : xs[d]);
+                            empty |= xs[d] == 0;
+                        }
+                        if (empty && shrink) continue;
+                        if (nd && xs[dim] == 0) is[dim] = 0;
+                        gather_scatter_case(false, index_dtypes[di], nd, xs, is, dim, lay, 3 - lay);
+                        gather_scatter_case(true, index_dtypes[di], nd, xs, is, dim, lay, 3 - lay);
+                    }
+                }
+    /* the embedding shapes: forward select rows, backward index_add rows */
+    int64_t V[2] = { 11, 131 };
+    select_case(TPU_F32, TPU_I64, 2, V, 0, 17, L_CONTIG, L_CONTIG);
+    index_add_case(TPU_F32, TPU_I64, 2, V, 0, 17, 1.0, L_CONTIG, L_CONTIG);
+    index_add_case(TPU_BF16, TPU_I64, 2, V, 0, 17, 1.0, L_CONTIG, L_CONTIG);
+    int64_t big[2] = { 7, 5003 };                      /* several inner blocks */
+    index_add_case(TPU_F32, TPU_I64, 2, big, 0, 9, -2.0, L_PAD, L_CONTIG);
+    select_case(TPU_F32, TPU_I32, 2, big, 0, 9, L_PAD, L_CONTIG);
+}
+
+static void test_index_hand(void)
+{
+    snprintf(case_desc, sizeof case_desc, "index hand values");
+    int64_t xs[2] = { 3, 2 }, os[2] = { 3, 2 }, s22[2] = { 2, 2 };
+    hten x, ix, o;
+    tpu_params p;
+    memset(&p, 0, sizeof p);
+    /* index_select dim 0 */
+    hmk(&x, TPU_F32, 2, xs, L_CONTIG);
+    for (int i = 0; i < 6; i++) hset(&x, i, i + 1);
+    hmk1(&ix, TPU_I64, 3, L_CONTIG);
+    int64_t iv[3] = { 2, 0, 2 };
+    for (int i = 0; i < 3; i++) tpu_store_i64(hptr(&ix.t, i), TPU_I64, iv[i]);
+    hmk(&o, TPU_F32, 2, os, L_CONTIG);
+    tpu_tensor ops[3] = { o.t, x.t, ix.t };
+    run(false, TPU_OP_INDEX_SELECT, ops, 3, &p, NULL);
+    double want_sel[6] = { 5, 6, 1, 2, 5, 6 };
+    for (int i = 0; i < 6; i++) CHECK(hget(&o, i) == want_sel[i]);
+    hfree(&x);
+    hfree(&o);
+    hfree(&ix);
+    /* index_add with duplicates: zeros(3).index_add_(0, [0, 0, 2], [1, 2, 3], alpha=2) = [6, 0, 6] */
+    hmk1(&o, TPU_F32, 3, L_CONTIG);
+    for (int i = 0; i < 3; i++) hset(&o, i, 0);
+    hmk1(&ix, TPU_I64, 3, L_CONTIG);
+    int64_t av[3] = { 0, 0, 2 };
+    for (int i = 0; i < 3; i++) tpu_store_i64(hptr(&ix.t, i), TPU_I64, av[i]);
+    hmk1(&x, TPU_F32, 3, L_CONTIG);
+    for (int i = 0; i < 3; i++) hset(&x, i, i + 1);
+    p.f[0] = 2;
+    tpu_tensor aops[3] = { o.t, ix.t, x.t };
+    run(false, TPU_OP_INDEX_ADD, aops, 3, &p, NULL);
+    CHECK(hget(&o, 0) == 6 && hget(&o, 1) == 0 && hget(&o, 2) == 6);
+    hfree(&x);
+    hfree(&o);
+    hfree(&ix);
+    /* scatter_add dim 1: zeros(2,2), index [[0,0],[1,0]], src [[1,2],[3,4]] -> [[3,0],[4,3]];
+     * gather dim 1 of [[1,2],[3,4]] with the same index -> [[1,1],[4,3]] */
+    p.i[0] = 1;
+    hmk(&o, TPU_F32, 2, s22, L_CONTIG);
+    hmk(&ix, TPU_I64, 2, s22, L_CONTIG);
+    hmk(&x, TPU_F32, 2, s22, L_CONTIG);
+    int64_t gv[4] = { 0, 0, 1, 0 };
+    for (int i = 0; i < 4; i++) {
+        hset(&o, i, 0);
+        hset(&x, i, i + 1);
+        tpu_store_i64(hptr(&ix.t, i), TPU_I64, gv[i]);
+    }
+    tpu_tensor sops[3] = { o.t, ix.t, x.t };
+    run(false, TPU_OP_SCATTER_ADD, sops, 3, &p, NULL);
+    double want_sc[4] = { 3, 0, 4, 3 }, want_g[4] = { 1, 1, 4, 3 };
+    for (int i = 0; i < 4; i++) CHECK(hget(&o, i) == want_sc[i]);
+    tpu_tensor gops[3] = { o.t, x.t, ix.t };
+    run(false, TPU_OP_GATHER, gops, 3, &p, NULL);
+    for (int i = 0; i < 4; i++) CHECK(hget(&o, i) == want_g[i]);
+    hfree(&x);
+    hfree(&o);
+    hfree(&ix);
+}
+
+/* One bad index value in each op; the output must be left untouched. */
+static void test_index_errors(void)
+{
+    int64_t s[2] = { 5, 3 };
+    static const int64_t bad[] = { 5, -1 };
+    for (int op = TPU_OP_INDEX_SELECT; op <= TPU_OP_INDEX_ADD; op++)
+        for (size_t bi = 0; bi < 2; bi++)
+            for (int ref = 0; ref < 2; ref++) {
+                snprintf(case_desc, sizeof case_desc, "%s index %lld %s", tpu_op_name((tpu_op)op),
+                         (long long)bad[bi], ref ? "ref" : "fast");
+                bool one_d = op == TPU_OP_INDEX_SELECT || op == TPU_OP_INDEX_ADD;
+                hten x, ix, o, o0;
+                hmk(&x, TPU_F32, 2, s, L_CONTIG);
+                hfill(&x, -1, 1);
+                if (one_d) hmk1(&ix, TPU_I64, 3, L_CONTIG);
+                else hmk(&ix, TPU_I64, 2, s, L_CONTIG);
+                hfill_int(&ix, 5);
+                tpu_store_i64(hptr(&ix.t, 2), TPU_I64, bad[bi]);
+                int64_t os[2] = { 3, 3 };
+                hmk(&o, TPU_F32, 2, op == TPU_OP_INDEX_SELECT ? os : s, L_CONTIG);
+                hfill(&o, -1, 1);
+                hclone(&o0, &o);
+                tpu_tensor ops[3] = { o.t, x.t, ix.t };
+                if (op == TPU_OP_SCATTER_ADD || op == TPU_OP_INDEX_ADD) {
+                    ops[1] = ix.t;
+                    ops[2] = x.t;
+                    if (op == TPU_OP_INDEX_ADD) ops[2].sizes[0] = 3;     /* src [3, 3] */
+                }
+                tpu_params p;
+                memset(&p, 0, sizeof p);
+                p.f[0] = 1;
+                char err[256], want[128];
+                if (op == TPU_OP_INDEX_SELECT) snprintf(want, sizeof want, "index out of range in self");
+                else snprintf(want, sizeof want, "index %lld is out of bounds for dimension 0 with size 5",
+                              (long long)bad[bi]);
+                CHECK(run(ref, (tpu_op)op, ops, 3, &p, err) == TPU_ERROR_KERNEL);
+                CHECK_MSG(strcmp(err, want) == 0, "message '%s'", err);
+                CHECK(memcmp(o.mem, o0.mem, o.bytes + 2 * GUARD) == 0);
+                hfree(&x);
+                hfree(&ix);
+                hfree(&o);
+                hfree(&o0);
+            }
+}
+
+/* ================= AdamW ================= */
+
+static void adamw_params(tpu_params *p, double lr, double wd, int64_t step)
+{
+    memset(p, 0, sizeof *p);
+    p->f[0] = lr;
+    p->f[1] = 0.9;
+    p->f[2] = 0.999;
+    p->f[3] = 1e-8;
+    p->f[4] = wd;
+    p->i[0] = step;
+}
+
+static void adamw_case(tpu_dtype dt, int ndim, const int64_t *sizes, int layout, double wd, int steps)
+{
+    snprintf(case_desc, sizeof case_desc, "adamw %s ndim %d layout %d wd %g steps %d", tpu_dtype_name(dt), ndim,
+             layout, wd, steps);
+    hten pf, mf, vf, pr, mr, vr, g;
+    hmk(&pf, dt, ndim, sizes, layout);
+    hfill(&pf, -1, 1);
+    hmk(&mf, dt, ndim, sizes, layout ^ L_PAD);
+    hfill(&mf, 0, 0);
+    hmk(&vf, dt, ndim, sizes, layout);
+    hfill(&vf, 0, 0);
+    hmk(&g, dt, ndim, sizes, layout ^ L_PERM);
+    hclone(&pr, &pf);
+    hclone(&mr, &mf);
+    hclone(&vr, &vf);
+    /* the PyTorch f32 sequence, op for op, on contiguous copies */
+    int64_t n = hnumel(&pf.t);
+    float *ep = malloc((size_t)(n + 1) * sizeof *ep), *em = calloc((size_t)n + 1, sizeof *em);
+    float *ev = calloc((size_t)n + 1, sizeof *ev);
+    for (int64_t i = 0; i < n; i++) ep[i] = (float)hget(&pf, i);
+    for (int s = 1; s <= steps; s++) {
+        hfill(&g, -1, 1);
+        tpu_params p;
+        adamw_params(&p, 1e-2, wd, s);
+        tpu_tensor ops[4] = { pf.t, mf.t, vf.t, g.t };
+        run(false, TPU_OP_ADAMW_STEP, ops, 4, &p, NULL);
+        tpu_tensor rops[4] = { pr.t, mr.t, vr.t, g.t };
+        run(true, TPU_OP_ADAMW_STEP, rops, 4, &p, NULL);
+        double bc1 = 1 - pow(0.9, s), bc2 = 1 - pow(0.999, s);
+        float decay = (float)(1 - 1e-2 * wd), w = (float)(1 - 0.9), b2 = 0.999f, omb2 = (float)(1 - 0.999);
+        float bc2s = (float)sqrt(bc2), eps = 1e-8f, nstep = (float)(-(1e-2 / bc1));
+        for (int64_t i = 0; i < n; i++) {
+            float gv = (float)hget(&g, i);
+            ep[i] = ep[i] * decay;
+            em[i] = em[i] + w * (gv - em[i]);
+            ev[i] = ev[i] * b2;
+            ev[i] = ev[i] + omb2 * gv * gv;
+            float den = sqrtf(ev[i]) / bc2s + eps;
+            ep[i] = ep[i] + nstep * em[i] / den;
+        }
+    }
+    double e = tol(dt);
+    hcmp("adamw param", &pf, &pr, e, e * 1e-3);
+    hcmp("adamw exp_avg", &mf, &mr, e, e * 1e-3);
+    hcmp("adamw exp_avg_sq", &vf, &vr, e, e * 1e-5);
+    if (dt == TPU_F32) {
+        for (int64_t i = 0; i < n; i++) {
+            CHECK_MSG(fabs(hget(&pf, i) - ep[i]) <= 2e-7 * fabs(ep[i]), "[%s] param %lld: %.9g vs formula %.9g",
+                      case_desc, (long long)i, hget(&pf, i), (double)ep[i]);
+            CHECK_MSG(fabs(hget(&vf, i) - ev[i]) <= 2e-7 * fabs(ev[i]), "[%s] exp_avg_sq %lld", case_desc,
+                      (long long)i);
+            if (test_cur_failed) break;
+        }
+    }
+    free(ep);
+    free(em);
+    free(ev);
+    hten *all[] = { &pf, &mf, &vf, &pr, &mr, &vr, &g };
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) hfree(all[i]);
+}
+
+static void test_adamw(void)
+{
+    int64_t s1[1] = { 1031 }, s2[2] = { 5, 7 }, s0[1] = { 0 };
+    for (int di = 0; di < NFLOAT; di++)
+        for (int wdi = 0; wdi < 2; wdi++) {
+            double wd = wdi ? 0.01 : 0;
+            adamw_case(float_dtypes[di], 1, s1, L_CONTIG, wd, 5);
+            adamw_case(float_dtypes[di], 2, s2, L_PERM, wd, 3);
+            adamw_case(float_dtypes[di], 2, s2, L_PAD, wd, 1);
+            adamw_case(float_dtypes[di], 1, s0, L_CONTIG, wd, 1);
+        }
+}
+
+static void test_adamw_hand(void)
+{
+    /* Adam's first step moves each parameter by lr against the gradient's sign. */
+    snprintf(case_desc, sizeof case_desc, "adamw hand values");
+    hten p, m, v, g;
+    int64_t n = 2;
+    hmk(&p, TPU_F32, 1, &n, L_CONTIG);
+    hmk(&m, TPU_F32, 1, &n, L_CONTIG);
+    hmk(&v, TPU_F32, 1, &n, L_CONTIG);
+    hmk(&g, TPU_F32, 1, &n, L_CONTIG);
+    hset(&p, 0, 1);
+    hset(&p, 1, 1);
+    hset(&m, 0, 0);
+    hset(&m, 1, 0);
+    hset(&v, 0, 0);
+    hset(&v, 1, 0);
+    hset(&g, 0, 0.5);
+    hset(&g, 1, -3);
+    tpu_params prm;
+    adamw_params(&prm, 0.1, 0.5, 1);                  /* decay: p *= 1 - 0.05 */
+    tpu_tensor ops[4] = { p.t, m.t, v.t, g.t };
+    run(false, TPU_OP_ADAMW_STEP, ops, 4, &prm, NULL);
+    CHECK(fabs(hget(&p, 0) - (0.95 - 0.1)) < 1e-6 && fabs(hget(&p, 1) - (0.95 + 0.1)) < 1e-6);
+    CHECK(fabs(hget(&m, 0) - 0.05) < 1e-7 && fabs(hget(&v, 1) - 0.009) < 1e-8);
+    prm.i[1] = 1;                                      /* amsgrad */
+    char err[256];
+    CHECK(run(false, TPU_OP_ADAMW_STEP, ops, 4, &prm, err) == TPU_ERROR_NOT_SUPPORTED);
+    hfree(&p);
+    hfree(&m);
+    hfree(&v);
+    hfree(&g);
+}
+
+/* Sizes big enough to be split across the compute workers. */
+static void test_parallel_sizes(void)
+{
+    int64_t rows[2] = { 67, 1031 }, wide[2] = { 3, 20011 };
+    for (int di = 0; di < NFLOAT; di++) {
+        softmax_case(TPU_OP_SOFTMAX, float_dtypes[di], 2, rows, 1, L_CONTIG, L_CONTIG);
+        softmax_case(TPU_OP_LOG_SOFTMAX_BWD, float_dtypes[di], 2, rows, 1, L_CONTIG, L_CONTIG);
+        softmax_case(TPU_OP_LOG_SOFTMAX, float_dtypes[di], 2, rows, 0, L_CONTIG, L_CONTIG);
+        softmax_case(TPU_OP_SOFTMAX, float_dtypes[di], 2, wide, 1, L_CONTIG, L_PAD);
+        ln_case(float_dtypes[di], 2, rows, 1031, 67, L_CONTIG, L_CONTIG, true, true);
+        ln_case(float_dtypes[di], 2, wide, 20011, 3, L_PERM, L_CONTIG, true, false);
+    }
+    int64_t big[2] = { 13, 20011 }, n1[1] = { 40009 };
+    index_add_case(TPU_F32, TPU_I64, 2, big, 0, 29, 1.0, L_CONTIG, L_CONTIG);
+    index_add_case(TPU_BF16, TPU_I64, 2, big, 1, 29, 1.0, L_CONTIG, L_PERM);
+    select_case(TPU_F32, TPU_I64, 2, big, 0, 29, L_CONTIG, L_CONTIG);
+    gather_scatter_case(true, TPU_F32, 2, big, big, 0, L_CONTIG, L_CONTIG);
+    for (int di = 0; di < NFLOAT; di++) adamw_case(float_dtypes[di], 1, n1, L_CONTIG, 0.01, 2);
+}
+
+int main(void)
+{
+    RUN_TEST(test_softmax_hand);
+    RUN_TEST(test_softmax_vs_ref);
+    RUN_TEST(test_nll_hand);
+    RUN_TEST(test_nll_vs_ref);
+    RUN_TEST(test_nll_errors);
+    RUN_TEST(test_layer_norm_hand);
+    RUN_TEST(test_layer_norm_vs_ref);
+    RUN_TEST(test_index_hand);
+    RUN_TEST(test_index_vs_ref);
+    RUN_TEST(test_index_errors);
+    RUN_TEST(test_adamw_hand);
+    RUN_TEST(test_adamw);
+    RUN_TEST(test_parallel_sizes);
+    printf("%ld output tensors compared against the reference\n", ncompared);
+    return TEST_SUMMARY();
+}
