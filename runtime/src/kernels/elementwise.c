@@ -147,6 +147,30 @@ EW_INLINE double ew_seld(int c, double a, double b) {
 #define EW_MAXN(a, b) EW_SEL(((a) > (b)) | ((a) != (a)), (a), (b))
 #define EW_MINN(a, b) EW_SEL(((a) < (b)) | ((a) != (a)), (a), (b))
 
+/* float16 <-> float32, bit-exact with the _Float16 casts of kernels-impl.h
+ * (NaN payloads aside) but branch-free, so the conversion loops vectorize
+ * (the casts are library calls without F16C). Checked on all inputs. */
+EW_INLINE uint32_t ew_selu(int c, uint32_t a, uint32_t b) {
+    uint32_t m = -(uint32_t)c;
+    return (a & m) | (b & ~m);
+}
+EW_INLINE float ew_h2f(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, em = h & 0x7fffu;
+    uint32_t r = ew_selu(em >= 0x7c00u, (em << 13) | 0x7f800000u, (em << 13) + 0x38000000u);
+    float sub = (float)(int32_t)em * 5.9604644775390625e-8f;    /* subnormal: em * 2^-24 */
+    r = ew_selu(em < 0x400u, (uint32_t)ew_f2b(sub), r);
+    return ew_b2f((int32_t)(r | sign));
+}
+EW_INLINE uint16_t ew_f2h(float f) {
+    uint32_t x = (uint32_t)ew_f2b(f), sign = x & 0x80000000u;
+    x ^= sign;
+    uint32_t sub = (uint32_t)ew_f2b(ew_b2f((int32_t)x) + 0.5f) - 0x3f000000u;   /* rounds in the add */
+    uint32_t nrm = (x + 0xc8000fffu + ((x >> 13) & 1u)) >> 13;                   /* rebias, round to even */
+    uint32_t o = ew_selu(x < 0x38800000u, sub, nrm);
+    o = ew_selu(x >= 0x47800000u, ew_selu(x > 0x7f800000u, 0x7e00u, 0x7c00u), o);
+    return (uint16_t)((sign >> 16) | o);
+}
+
 /* exp: Cephes expf polynomial, 2^n applied in two steps so results that
  * become subnormal are rounded once. About 1 ulp. */
 EW_INLINE float ew_expf(float x) {
@@ -308,14 +332,26 @@ __attribute__((target("avx")))
 static void ew_sqrt_d_avx(double *restrict o, const double *restrict x) {
     for (int i = 0; i < EW_TILE; i += 4) _mm256_storeu_pd(o + i, _mm256_sqrt_pd(_mm256_loadu_pd(x + i)));
 }
+static int ew_isa(void) {
+    static _Atomic int isa = -1;
+    int v = atomic_load_explicit(&isa, memory_order_relaxed);
+    if (v < 0) {
+        __builtin_cpu_init();
+        v = __builtin_cpu_supports("avx512f") ? 2 : __builtin_cpu_supports("avx") ? 1 : 0;
+        atomic_store_explicit(&isa, v, memory_order_relaxed);
+    }
+    return v;
+}
 static void ew_sqrt_f(float *restrict o, const float *restrict x) {
-    if (__builtin_cpu_supports("avx512f")) { ew_sqrt_f_avx512(o, x); return; }
-    if (__builtin_cpu_supports("avx")) { ew_sqrt_f_avx(o, x); return; }
+    int isa = ew_isa();
+    if (isa == 2) { ew_sqrt_f_avx512(o, x); return; }
+    if (isa == 1) { ew_sqrt_f_avx(o, x); return; }
     for (int i = 0; i < EW_TILE; i += 4) _mm_storeu_ps(o + i, _mm_sqrt_ps(_mm_loadu_ps(x + i)));
 }
 static void ew_sqrt_d(double *restrict o, const double *restrict x) {
-    if (__builtin_cpu_supports("avx512f")) { ew_sqrt_d_avx512(o, x); return; }
-    if (__builtin_cpu_supports("avx")) { ew_sqrt_d_avx(o, x); return; }
+    int isa = ew_isa();
+    if (isa == 2) { ew_sqrt_d_avx512(o, x); return; }
+    if (isa == 1) { ew_sqrt_d_avx(o, x); return; }
     for (int i = 0; i < EW_TILE; i += 2) _mm_storeu_pd(o + i, _mm_sqrt_pd(_mm_loadu_pd(x + i)));
 }
 #else
@@ -721,9 +757,9 @@ static int ew_tile_i(tpu_op op, int nin, int64_t *restrict O, const int64_t *res
 #define EW_CAST_D(v) ((double)(v))
 #define EW_CAST_I(v) ((int64_t)(v))
 #define EW_NZ(v) ((v) != 0)
-#define EW_F16(v) tpu_f16_to_f32(v)
+#define EW_F16(v) ew_h2f(v)
 #define EW_BF16(v) tpu_bf16_to_f32(v)
-#define EW_TO_F16(v) tpu_f32_to_f16((float)(v))
+#define EW_TO_F16(v) ew_f2h((float)(v))
 #define EW_TO_BF16(v) tpu_f32_to_bf16((float)(v))
 
 /* Every dtype into one compute type; CF converts from float types, CI from
@@ -1097,15 +1133,14 @@ static void ew_setup_direct(ew_ctx *c, const tpu_kargs *a) {
         if (!c->scalar[k] && a->t[k].base == a->t[0].base) c->direct[0] = false;
 }
 
-tpu_status tpu_k_elementwise(tpu_kargs *a) {
+/* Capture operands, pick the domain, coalesce. Leaves numel 0 for nothing to do. */
+static tpu_status ew_setup(ew_ctx *c, tpu_kargs *a) {
     int nin = a->n - 1;
     int nin_expected = a->op == TPU_OP_ARANGE ? 0 : a->op == TPU_OP_FILL || a->op == TPU_OP_COPY ? 1 : -1;
     if (tpu_op_family_of(a->op) != TPU_FAM_EW || nin < 0 || nin > 3 ||
         (nin_expected >= 0 && nin != nin_expected) || (nin_expected < 0 && nin < 1))
         return tpu_kernel_fail(a, "%s: bad elementwise launch (%d operands)", tpu_op_name(a->op), a->n);
-    ew_ctx ctx;
-    memset(&ctx, 0, sizeof ctx);
-    ew_ctx *c = &ctx;
+    memset(c, 0, sizeof *c);
     c->op = a->op;
     c->nin = a->op == TPU_OP_FILL ? 0 : nin;  /* FILL's value goes into c->pattern */
     for (int k = 0; k <= c->nin; k++) {
@@ -1131,12 +1166,19 @@ tpu_status tpu_k_elementwise(tpu_kargs *a) {
         c->chunk_max = INT64_MAX;
     }
     atomic_init(&c->err, EW_ERR_NONE);
-    if (ew_is_transpose(c)) {
-        ew_transpose_copy(c);
+    return TPU_OK;
+}
+
+tpu_status tpu_k_elementwise(tpu_kargs *a) {
+    ew_ctx c;
+    tpu_status st = ew_setup(&c, a);
+    if (st != TPU_OK || c.numel == 0) return st;
+    if (ew_is_transpose(&c)) {
+        ew_transpose_copy(&c);
         return TPU_OK;
     }
-    tpu_parallel_for((c->numel + EW_GRAIN - 1) / EW_GRAIN, 1, ew_blocks, c);
-    switch (atomic_load(&c->err)) {
+    tpu_parallel_for((c.numel + EW_GRAIN - 1) / EW_GRAIN, 1, ew_blocks, &c);
+    switch (atomic_load(&c.err)) {
     case EW_ERR_ZERODIV: return tpu_kernel_fail(a, "ZeroDivisionError");
     case EW_ERR_NEGPOW: return tpu_kernel_fail(a, "Integers to negative integer powers are not allowed.");
     default: return TPU_OK;

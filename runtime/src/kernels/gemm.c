@@ -2,7 +2,7 @@
  *
  * DESIGN
  * Goto-style blocking. B is packed once per batch into KC x 32 panels (fp32,
- * or bf16 pairs for the bf16 unit); the output is cut into MC x NC tasks run
+ * or bf16 pairs for the bf16 unit); the output is cut into MC-row x column-range tasks run
  * on the compute workers; each task packs its A block (MR=8 rows per sliver)
  * and runs an 8x32 micro-kernel into an fp32 accumulator tile, then applies
  * the epilogue (alpha, beta*C, dtype conversion, output strides) once.
@@ -24,27 +24,31 @@
 #define NR 32
 #define KC 256
 #define MC 64
-#define NC 256
+
 
 tpu_mxu_kind tpu_mxu_detected(void);
+int tpu_num_workers(void);
 
 /* ---------------- micro-kernels: acc[MR][NR] (+)= Ap * Bp ---------------- */
 
 __attribute__((target("avx512f")))
 static void ukr_f32_avx512(int kc, const float *ap, const float *bp, float *c, int ldc, int first) {
     __m512 acc[MR][2];
+#pragma GCC unroll 8
     for (int r = 0; r < MR; r++) {
         acc[r][0] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(c + r * ldc);
         acc[r][1] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(c + r * ldc + 16);
     }
     for (int k = 0; k < kc; k++) {
         __m512 b0 = _mm512_loadu_ps(bp + k * NR), b1 = _mm512_loadu_ps(bp + k * NR + 16);
+#pragma GCC unroll 8
         for (int r = 0; r < MR; r++) {
             __m512 a = _mm512_set1_ps(ap[k * MR + r]);
             acc[r][0] = _mm512_fmadd_ps(a, b0, acc[r][0]);
             acc[r][1] = _mm512_fmadd_ps(a, b1, acc[r][1]);
         }
     }
+#pragma GCC unroll 8
     for (int r = 0; r < MR; r++) {
         _mm512_storeu_ps(c + r * ldc, acc[r][0]);
         _mm512_storeu_ps(c + r * ldc + 16, acc[r][1]);
@@ -68,18 +72,21 @@ static void ukr_f32_c(int kc, const float *ap, const float *bp, float *c, int ld
 __attribute__((target("avx512f,avx512bf16")))
 static void ukr_bf16_avx512(int kc, const uint32_t *ap, const uint32_t *bp, float *c, int ldc, int first) {
     __m512 acc[MR][2];
+#pragma GCC unroll 8
     for (int r = 0; r < MR; r++) {
         acc[r][0] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(c + r * ldc);
         acc[r][1] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(c + r * ldc + 16);
     }
     for (int k = 0; k < kc / 2; k++) {
         __m512bh b0 = (__m512bh)_mm512_loadu_si512(bp + k * NR), b1 = (__m512bh)_mm512_loadu_si512(bp + k * NR + 16);
+#pragma GCC unroll 8
         for (int r = 0; r < MR; r++) {
             __m512bh a = (__m512bh)_mm512_set1_epi32((int)ap[k * MR + r]);
             acc[r][0] = _mm512_dpbf16_ps(acc[r][0], a, b0);
             acc[r][1] = _mm512_dpbf16_ps(acc[r][1], a, b1);
         }
     }
+#pragma GCC unroll 8
     for (int r = 0; r < MR; r++) {
         _mm512_storeu_ps(c + r * ldc, acc[r][0]);
         _mm512_storeu_ps(c + r * ldc + 16, acc[r][1]);
@@ -107,17 +114,32 @@ static void ukr_bf16_c(int kc, const uint32_t *ap, const uint32_t *bp, float *c,
 
 typedef struct mat { const char *base; tpu_dtype dt; int64_t rs, cs; } mat;
 
-static inline float ld(const mat *m, int64_t r, int64_t c) {
-    const char *p = m->base + (size_t)(r * m->rs + c * m->cs) * tpu_dtype_size(m->dt);
-    switch (m->dt) {
-    case TPU_F32: return *(const float *)p;
-    case TPU_BF16: return tpu_bf16_to_f32(*(const uint16_t *)p);
-    case TPU_F16: return tpu_f16_to_f32(*(const uint16_t *)p);
-    default: return (float)tpu_load_f64(p, m->dt);
+static inline const char *mat_ptr(const mat *m, int64_t r, int64_t c) {
+    return m->base + (size_t)(r * m->rs + c * m->cs) * tpu_dtype_size(m->dt);
+}
+
+/* n elements starting at p, `stride` elements apart, converted to fp32
+ * (the dtype switch is hoisted out of the loop). */
+static void gather_f32(const char *p, tpu_dtype dt, int64_t stride, int64_t n, float *out) {
+    switch (dt) {
+    case TPU_F32:
+        if (stride == 1) { memcpy(out, p, (size_t)n * sizeof(float)); return; }
+        for (int64_t i = 0; i < n; i++) out[i] = ((const float *)p)[i * stride];
+        return;
+    case TPU_BF16:
+        for (int64_t i = 0; i < n; i++) out[i] = tpu_bf16_to_f32(((const uint16_t *)p)[i * stride]);
+        return;
+    case TPU_F16:
+        for (int64_t i = 0; i < n; i++) out[i] = tpu_f16_to_f32(((const uint16_t *)p)[i * stride]);
+        return;
+    default: {
+        size_t es = tpu_dtype_size(dt);
+        for (int64_t i = 0; i < n; i++) out[i] = (float)tpu_load_f64(p + (size_t)(i * stride) * es, dt);
+    }
     }
 }
 
-/* Split x into bf16 hi + bf16 lo (pass: 0 = plain round, 1 = hi, 2 = lo). */
+/* Split x into bf16 hi + bf16 lo (part: 0 = plain round, 1 = hi, 2 = lo). */
 static inline uint16_t to_bf16_part(float x, int part) {
     if (part == 0) return tpu_f32_to_bf16(x);
     union { float f; uint32_t u; } v = { x };
@@ -135,128 +157,146 @@ typedef struct gemm_job {
     int64_t batch;
     int use_bf16, passes, avx;     /* passes: 1, or 3 for "high" */
     void *bpack[2];                /* packed B (hi, lo): [K/KC][Npad/NR][kc][NR] */
-    int64_t npanels;
-    int64_t mtasks, ntasks;
+    int64_t npanels;               /* NR-wide column panels */
+    int64_t mtasks, nsplit;        /* tasks: MC-row blocks x column ranges */
 } gemm_job;
 
+/* Start of panel `panel` of k-block kb in packed B, in floats or bf16 pairs. */
 static size_t bpack_index(const gemm_job *j, int64_t kb, int64_t panel) {
-    /* start of panel `panel` of k-block kb, in elements (fp32) or pairs (bf16) */
-    int64_t kc_full = KC;
-    if (j->use_bf16) return (size_t)(kb * (kc_full / 2) * j->npanels * NR + panel * ((kb + 1) * kc_full > j->Kp ? (j->Kp - kb * kc_full) / 2 : kc_full / 2) * NR);
-    return (size_t)(kb * kc_full * j->npanels * NR + panel * ((kb + 1) * kc_full > j->Kp ? j->Kp - kb * kc_full : kc_full) * NR);
+    int64_t kc = j->Kp - kb * KC < KC ? j->Kp - kb * KC : KC;
+    int64_t step = j->use_bf16 ? 2 : 1;
+    return (size_t)((kb * (KC / step) * j->npanels + panel * (kc / step)) * NR);
 }
 
-static void pack_b(gemm_job *j, int pass, void *dst) {
-    int part = j->passes == 1 ? 0 : pass;   /* pass 1 = hi, 2 = lo */
+typedef struct pack_ctx { gemm_job *j; int part; void *dst; } pack_ctx;
+
+/* Pack B panels [pb, pe) of every k-block (parallel over panels). */
+static void pack_b_panels(void *ctx, int64_t pb, int64_t pe) {
+    pack_ctx *c = ctx;
+    gemm_job *j = c->j;
+    float row[NR], row2[NR];
     for (int64_t kb = 0; kb * KC < j->Kp; kb++) {
         int64_t k0 = kb * KC, kc = j->Kp - k0 < KC ? j->Kp - k0 : KC;
-        for (int64_t p = 0; p < j->npanels; p++) {
+        for (int64_t p = pb; p < pe; p++) {
+            int64_t c0 = p * NR, nc = j->N - c0 < NR ? j->N - c0 : NR;
             if (j->use_bf16) {
-                uint32_t *out = (uint32_t *)dst + bpack_index(j, kb, p);
-                for (int64_t k = 0; k < kc; k += 2)
-                    for (int c = 0; c < NR; c++) {
-                        int64_t col = p * NR + c;
-                        float x0 = (col < j->N && k0 + k < j->K) ? ld(&j->B, k0 + k, col) : 0.0f;
-                        float x1 = (col < j->N && k0 + k + 1 < j->K) ? ld(&j->B, k0 + k + 1, col) : 0.0f;
-                        out[(k / 2) * NR + c] = (uint32_t)to_bf16_part(x0, part) | ((uint32_t)to_bf16_part(x1, part) << 16);
-                    }
+                uint32_t *out = (uint32_t *)c->dst + bpack_index(j, kb, p);
+                for (int64_t k = 0; k < kc; k += 2) {
+                    memset(row, 0, sizeof row);
+                    memset(row2, 0, sizeof row2);
+                    if (k0 + k < j->K) gather_f32(mat_ptr(&j->B, k0 + k, c0), j->B.dt, j->B.cs, nc, row);
+                    if (k0 + k + 1 < j->K) gather_f32(mat_ptr(&j->B, k0 + k + 1, c0), j->B.dt, j->B.cs, nc, row2);
+                    for (int q = 0; q < NR; q++)
+                        out[(k / 2) * NR + q] = (uint32_t)to_bf16_part(row[q], c->part) |
+                                                ((uint32_t)to_bf16_part(row2[q], c->part) << 16);
+                }
             } else {
-                float *out = (float *)dst + bpack_index(j, kb, p);
-                for (int64_t k = 0; k < kc; k++)
-                    for (int c = 0; c < NR; c++) {
-                        int64_t col = p * NR + c;
-                        out[k * NR + c] = (col < j->N && k0 + k < j->K) ? ld(&j->B, k0 + k, col) : 0.0f;
-                    }
+                float *out = (float *)c->dst + bpack_index(j, kb, p);
+                for (int64_t k = 0; k < kc; k++) {
+                    if (nc < NR) memset(out + k * NR, 0, NR * sizeof(float));
+                    gather_f32(mat_ptr(&j->B, k0 + k, c0), j->B.dt, j->B.cs, nc, out + k * NR);
+                }
             }
         }
     }
 }
 
-static void pack_a(const gemm_job *j, int64_t m0, int64_t mc, int64_t k0, int64_t kc, int part, void *dst) {
-    for (int64_t s = 0; s < mc; s += MR) {
-        if (j->use_bf16) {
-            uint32_t *out = (uint32_t *)dst + (s / MR) * (kc / 2) * MR;
-            for (int64_t k = 0; k < kc; k += 2)
-                for (int r = 0; r < MR; r++) {
-                    int64_t row = m0 + s + r;
-                    float x0 = (row < j->M && k0 + k < j->K) ? ld(&j->A, row, k0 + k) : 0.0f;
-                    float x1 = (row < j->M && k0 + k + 1 < j->K) ? ld(&j->A, row, k0 + k + 1) : 0.0f;
-                    out[(k / 2) * MR + r] = (uint32_t)to_bf16_part(x0, part) | ((uint32_t)to_bf16_part(x1, part) << 16);
-                }
-        } else {
-            float *out = (float *)dst + (s / MR) * kc * MR;
-            for (int64_t k = 0; k < kc; k++)
-                for (int r = 0; r < MR; r++) {
-                    int64_t row = m0 + s + r;
-                    out[k * MR + r] = (row < j->M && k0 + k < j->K) ? ld(&j->A, row, k0 + k) : 0.0f;
-                }
+/* Pack rows [m0, m0+mcp) x k-range of A into MR-row slivers. */
+static void pack_a(const gemm_job *j, int64_t m0, int64_t mcp, int64_t k0, int64_t kc, int part, void *dst, float *tmp) {
+    for (int64_t s = 0; s < mcp; s += MR) {
+        for (int r = 0; r < MR; r++) {
+            int64_t row = m0 + s + r;
+            int64_t kv = j->K - k0 < kc ? j->K - k0 : kc;       /* valid k in this block */
+            if (row < j->M && kv > 0) gather_f32(mat_ptr(&j->A, row, k0), j->A.dt, j->A.cs, kv, tmp);
+            else kv = 0;
+            for (int64_t k = kv; k < kc; k++) tmp[k] = 0.0f;
+            if (j->use_bf16) {
+                uint32_t *out = (uint32_t *)dst + (s / MR) * (kc / 2) * MR;
+                for (int64_t k = 0; k < kc; k += 2)
+                    out[(k / 2) * MR + r] = (uint32_t)to_bf16_part(tmp[k], part) | ((uint32_t)to_bf16_part(tmp[k + 1], part) << 16);
+            } else {
+                float *out = (float *)dst + (s / MR) * kc * MR;
+                for (int64_t k = 0; k < kc; k++) out[k * MR + r] = tmp[k];
+            }
         }
     }
 }
 
-static void epilogue(const gemm_job *j, int64_t m0, int64_t mc, int64_t n0, int64_t nc, const float *acc) {
+static void epilogue(const gemm_job *j, int64_t m0, int64_t mc, int64_t n0, int64_t nc, const float *acc, int64_t ldc) {
     const tpu_kargs *a = j->a;
     const tpu_tensor *o = &a->t[0];
     const tpu_tensor *c = a->n > 3 ? &a->t[3] : NULL;
-    double alpha = a->p.f[0], beta = a->p.f[1];
+    float alpha = (float)a->p.f[0], beta = (float)a->p.f[1];
     tpu_dtype odt = (tpu_dtype)o->dtype;
-    for (int64_t r = 0; r < mc && m0 + r < j->M; r++)
-        for (int64_t q = 0; q < nc && n0 + q < j->N; q++) {
-            int64_t i = m0 + r, jj = n0 + q;
-            double v = alpha * acc[r * NC + q];
-            if (c && beta != 0.0) {
-                double cv = c->is_scalar ? c->f :
-                    tpu_load_f64(tpu_elem_ptr(c, j->batch * c->strides[0] + i * c->strides[1] + jj * c->strides[2]), (tpu_dtype)c->dtype);
+    bool plain = !c && alpha == 1.0f && odt == TPU_F32 && o->strides[2] == 1;
+    for (int64_t r = 0; r < mc; r++) {
+        int64_t i = m0 + r;
+        char *orow = tpu_elem_ptr(o, j->batch * o->strides[0] + i * o->strides[1] + n0 * o->strides[2]);
+        const float *arow = acc + r * ldc;
+        if (plain) { memcpy(orow, arow, (size_t)nc * sizeof(float)); continue; }
+        for (int64_t q = 0; q < nc; q++) {
+            float v = alpha * arow[q];
+            if (c && beta != 0.0f) {
+                float cv = c->is_scalar ? (float)c->f :
+                    (float)tpu_load_f64(tpu_elem_ptr(c, j->batch * c->strides[0] + i * c->strides[1] + (n0 + q) * c->strides[2]), (tpu_dtype)c->dtype);
                 v += beta * cv;
             }
-            char *dst = tpu_elem_ptr(o, j->batch * o->strides[0] + i * o->strides[1] + jj * o->strides[2]);
-            if (odt == TPU_F32) *(float *)dst = (float)v;
+            char *dst = orow + (size_t)(q * o->strides[2]) * tpu_dtype_size(odt);
+            if (odt == TPU_F32) *(float *)dst = v;
+            else if (odt == TPU_BF16) *(uint16_t *)dst = tpu_f32_to_bf16(v);
             else tpu_store_f64(dst, odt, v);
         }
+    }
 }
 
 typedef void (*ukr_f32_fn)(int, const float *, const float *, float *, int, int);
 typedef void (*ukr_bf16_fn)(int, const uint32_t *, const uint32_t *, float *, int, int);
 
+/* Task t: row block t / nsplit, column panels range t % nsplit. */
 static void task(void *ctx, int64_t tb, int64_t te) {
     gemm_job *j = ctx;
-    float *acc = aligned_alloc(64, sizeof(float) * MC * NC);
+    int64_t ppt = (j->npanels + j->nsplit - 1) / j->nsplit;        /* panels per task */
+    int64_t ldc = ppt * NR;
+    float *acc = aligned_alloc(64, sizeof(float) * (size_t)(MC * ldc));
     void *apack = aligned_alloc(64, sizeof(float) * MC * KC);
-    if (!acc || !apack) { free(acc); free(apack); return; }   /* cannot happen in practice; leaves output unset */
+    float *tmp = aligned_alloc(64, sizeof(float) * KC);
+    if (!acc || !apack || !tmp) { free(acc); free(apack); free(tmp); return; }   /* leaves output unset */
     ukr_f32_fn uf = j->avx ? ukr_f32_avx512 : ukr_f32_c;
     ukr_bf16_fn ub = j->avx ? ukr_bf16_avx512 : ukr_bf16_c;
     for (int64_t t = tb; t < te; t++) {
-        int64_t mt = t / j->ntasks, nt = t % j->ntasks;
+        int64_t mt = t / j->nsplit, nt = t % j->nsplit;
         int64_t m0 = mt * MC, mc = j->M - m0 < MC ? j->M - m0 : MC;
         int64_t mcp = (mc + MR - 1) / MR * MR;
-        int64_t n0 = nt * NC, nc = j->N - n0 < NC ? j->N - n0 : NC;
-        int64_t p0 = n0 / NR, np = (nc + NR - 1) / NR;
+        int64_t p0 = nt * ppt, np = j->npanels - p0 < ppt ? j->npanels - p0 : ppt;
+        if (np <= 0) continue;
+        int64_t n0 = p0 * NR, nc = j->N - n0 < np * NR ? j->N - n0 : np * NR;
         int first = 1;
-        if (j->Kp == 0) memset(acc, 0, sizeof(float) * MC * NC);
+        if (j->Kp == 0) memset(acc, 0, sizeof(float) * (size_t)(MC * ldc));
         for (int64_t kb = 0; kb * KC < j->Kp; kb++) {
             int64_t k0 = kb * KC, kc = j->Kp - k0 < KC ? j->Kp - k0 : KC;
             for (int pass = 0; pass < j->passes; pass++) {
                 /* passes for "high": (hi,hi), (hi,lo), (lo,hi) */
                 int apart = j->passes == 1 ? 0 : (pass == 2 ? 2 : 1);
                 int bsel = j->passes == 1 ? 0 : (pass == 1 ? 1 : 0);
-                pack_a(j, m0, mcp, k0, kc, apart, apack);
-                for (int64_t s = 0; s < mcp; s += MR)
-                    for (int64_t p = 0; p < np; p++) {
-                        float *cp = acc + s * NC + p * NR;
+                pack_a(j, m0, mcp, k0, kc, apart, apack, tmp);
+                for (int64_t p = 0; p < np; p++)
+                    for (int64_t s = 0; s < mcp; s += MR) {
+                        float *cp = acc + s * ldc + p * NR;
                         if (j->use_bf16)
                             ub((int)kc, (const uint32_t *)apack + (s / MR) * (kc / 2) * MR,
-                               (const uint32_t *)j->bpack[bsel] + bpack_index(j, kb, p0 + p), cp, NC, first);
+                               (const uint32_t *)j->bpack[bsel] + bpack_index(j, kb, p0 + p), cp, (int)ldc, first);
                         else
                             uf((int)kc, (const float *)apack + (s / MR) * kc * MR,
-                               (const float *)j->bpack[0] + bpack_index(j, kb, p0 + p), cp, NC, first);
+                               (const float *)j->bpack[0] + bpack_index(j, kb, p0 + p), cp, (int)ldc, first);
                     }
                 first = 0;
             }
         }
-        epilogue(j, m0, mc, n0, nc, acc);
+        epilogue(j, m0, mc, n0, nc, acc, ldc);
     }
     free(acc);
     free(apack);
+    free(tmp);
 }
 
 /* float64 (and anything else): straightforward, exact in double. */
@@ -313,7 +353,10 @@ tpu_status tpu_k_gemm(tpu_kargs *a) {
     j.Kp = j.use_bf16 ? (j.K + 1) / 2 * 2 : j.K;
     j.npanels = (j.N + NR - 1) / NR;
     j.mtasks = (j.M + MC - 1) / MC;
-    j.ntasks = (j.N + NC - 1) / NC;
+    /* Enough tasks for every worker: split columns only when row blocks are few. */
+    int nw = tpu_num_workers();
+    j.nsplit = j.mtasks >= 2 * nw ? 1 : (2 * nw + j.mtasks - 1) / j.mtasks;
+    if (j.nsplit > j.npanels) j.nsplit = j.npanels;
     size_t bytes = (size_t)(j.Kp ? j.Kp : 1) * (size_t)j.npanels * NR * (j.use_bf16 ? 2 : 4);
     for (int64_t b = 0; b < o->sizes[0]; b++) {
         j.batch = b;
@@ -327,9 +370,10 @@ tpu_status tpu_k_gemm(tpu_kargs *a) {
         for (int q = 0; q < nb; q++) {
             j.bpack[q] = aligned_alloc(64, (bytes + 63) / 64 * 64);
             if (!j.bpack[q]) { free(j.bpack[0]); return tpu_kernel_fail(a, "out of scratch memory for matmul"); }
-            pack_b(&j, j.passes == 3 ? q + 1 : 0, j.bpack[q]);
+            pack_ctx pc = { &j, j.passes == 3 ? q + 1 : 0, j.bpack[q] };
+            tpu_parallel_for(j.npanels, 4, pack_b_panels, &pc);
         }
-        tpu_parallel_for(j.mtasks * j.ntasks, 1, task, &j);
+        tpu_parallel_for(j.mtasks * j.nsplit, 1, task, &j);
         for (int q = 0; q < nb; q++) { free(j.bpack[q]); j.bpack[q] = NULL; }
     }
     return TPU_OK;

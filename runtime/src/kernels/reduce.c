@@ -13,7 +13,11 @@
  *  - columns: when the innermost kept dim is contiguous in the input and the
  *    reduction runs across it (sum over dim 0 of [N, M], a bias gradient),
  *    blocks of RED_CHUNK outputs are accumulated row after row into a local
- *    accumulator, instead of a strided walk per output.
+ *    accumulator, instead of a strided walk per output. Very short
+ *    reductions (sum over the last dim of [N, 3]) use columns too, gathered
+ *    with a stride, rather than one call per output.
+ * ARGMAX / ARGMIN over floats find the max (min) with the same folds, then
+ * the first element equal to it (a NaN when it is NaN).
  * Every op is one or two passes of (map, combine) over the elements plus a
  * finalization: VAR/STD are two-pass (mean, then squared deviations),
  * LOGSUMEXP is max then sum(exp(x - max)). Floats accumulate in double,
@@ -31,6 +35,7 @@
 #define RED_GRAIN 32768         /* input elements per parallel task */
 #define RED_SPLIT_MAX_OUT 16    /* at most this many outputs: split long reductions */
 #define RED_MIN_COLS 16         /* narrower kept inner dims use rows */
+#define RED_SHORT 16            /* reductions this short use columns even when strided */
 #define RED_L 8                 /* lanes per vector */
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -66,6 +71,7 @@ typedef struct red_ctx {
     size_t ies, oes;
     red_code c1, c2;
     double p, corr;
+    int64_t cst;                /* column strategy: input stride between columns */
     int64_t nchunks;            /* split mode: chunks per output */
     red_code cur;               /* split mode: the pass being run */
     double *partial, *aux;      /* split mode: [nout * nchunks], [nout] */
@@ -187,7 +193,40 @@ static double red_combine(red_code c, double a, double b) {
         return;                                                                       \
     }
 
+/* Four rows at once: acc = combine(acc, combine(combine(m(x0), m(x1)),
+ * combine(m(x2), m(x3)))), a quarter of the accumulator traffic. */
+#define RED_COL4(MAPV, CV) {                                                            \
+        for (int64_t i = 0; i < n; i += RED_L) {                                      \
+            red_vd v, va, l, a, b, c2;                                                \
+            RED_LDD(va, aux + i);                                                     \
+            (void)va;                                                                 \
+            LOADV(v, x0 + i); a = (MAPV);                                             \
+            LOADV(v, x1 + i); b = (MAPV); a = CV(a, b);                               \
+            LOADV(v, x2 + i); b = (MAPV);                                             \
+            LOADV(v, x3 + i); c2 = (MAPV); b = CV(b, c2);                             \
+            a = CV(a, b);                                                             \
+            RED_LDD(l, acc + i);                                                      \
+            l = CV(l, a);                                                             \
+            RED_STD(acc + i, l);                                                      \
+        }                                                                             \
+        return true;                                                                  \
+    }
+
 #define RED_FOLD_FNS(SFX, ST, ISA)                                                \
+static ISA bool red_cols4_##SFX(red_code code, double *restrict acc, const ST *x0,      \
+                                const ST *x1, const ST *x2, const ST *x3, int64_t n,   \
+                                const double *restrict aux) {                          \
+    if (n % RED_L) return false;                                                       \
+    switch (code) {                                                                    \
+    case RC_SUM: RED_COL4(v, RV_ADD)                                                   \
+    case RC_SUM_ABS: RED_COL4(RV_ABS(v), RV_ADD)                                       \
+    case RC_SUM_SQ: RED_COL4(v * v, RV_ADD)                                            \
+    case RC_SUM_DEV2: RED_COL4((v - va) * (v - va), RV_ADD)                            \
+    case RC_MAX: RED_COL4(v, RV_MAX)                                                   \
+    case RC_MIN: RED_COL4(v, RV_MIN)                                                   \
+    default: return false;                                                             \
+    }                                                                                  \
+}                                                                                      \
 static ISA double red_row_##SFX(red_code code, double acc, const ST *restrict x,        \
                                        int64_t n, double aux, double p) {              \
     const red_vd va = RED_VZERO + aux;                                                 \
@@ -304,16 +343,32 @@ static void red_cols_##SFX(red_code code, double *acc, const ST *x, int64_t n, c
     if (isa == 2) red_cols_##SFX##_avx512(code, acc, x, n, aux, p);                    \
     else if (isa == 1) red_cols_##SFX##_avx2(code, acc, x, n, aux, p);                 \
     else red_cols_##SFX##_base(code, acc, x, n, aux, p);                               \
+}                                                                                      \
+static bool red_cols4_##SFX(red_code code, double *acc, const ST *const *x, int64_t n, const double *aux) { \
+    int isa = red_isa();                                                               \
+    if (isa == 2) return red_cols4_##SFX##_avx512(code, acc, x[0], x[1], x[2], x[3], n, aux); \
+    if (isa == 1) return red_cols4_##SFX##_avx2(code, acc, x[0], x[1], x[2], x[3], n, aux); \
+    return red_cols4_##SFX##_base(code, acc, x[0], x[1], x[2], x[3], n, aux);          \
 }
 RED_DISPATCH(f, float)
 RED_DISPATCH(d, double)
 #else
 #define LOADV RED_LDF
-RED_FOLD_FNS(f, float, )
+RED_FOLD_FNS(f_base, float, )
 #undef LOADV
 #define LOADV RED_LDD
-RED_FOLD_FNS(d, double, )
+RED_FOLD_FNS(d_base, double, )
 #undef LOADV
+#define red_row_f red_row_f_base
+#define red_row_d red_row_d_base
+#define red_cols_f red_cols_f_base
+#define red_cols_d red_cols_d_base
+static bool red_cols4_f(red_code code, double *acc, const float *const *x, int64_t n, const double *aux) {
+    return red_cols4_f_base(code, acc, x[0], x[1], x[2], x[3], n, aux);
+}
+static bool red_cols4_d(red_code code, double *acc, const double *const *x, int64_t n, const double *aux) {
+    return red_cols4_d_base(code, acc, x[0], x[1], x[2], x[3], n, aux);
+}
 #endif
 
 /* ---- int64 domain (SUM/PROD/AMAX/AMIN, integer to integer): wrapping ---- */
@@ -333,6 +388,39 @@ static inline int64_t red_combine_i(red_code c, int64_t a, int64_t b) {
 
 /* ---- gather / scatter with dtype conversion ---- */
 
+/* float16 <-> float32 without library calls (same algorithm as
+ * elementwise.c; bit-exact with the _Float16 casts, NaN payloads aside). */
+static inline uint32_t red_selu(int c, uint32_t a, uint32_t b) {
+    uint32_t m = -(uint32_t)c;
+    return (a & m) | (b & ~m);
+}
+static inline float red_h2f(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, em = h & 0x7fffu, r;
+    r = red_selu(em >= 0x7c00u, (em << 13) | 0x7f800000u, (em << 13) + 0x38000000u);
+    float sub = (float)(int32_t)em * 5.9604644775390625e-8f, out;
+    uint32_t sb;
+    memcpy(&sb, &sub, 4);
+    r = red_selu(em < 0x400u, sb, r) | sign;
+    memcpy(&out, &r, 4);
+    return out;
+}
+static inline uint16_t red_f2h(float f) {
+    uint32_t x, sub;
+    memcpy(&x, &f, 4);
+    uint32_t sign = x & 0x80000000u;
+    x ^= sign;
+    float xf;
+    memcpy(&xf, &x, 4);
+    xf += 0.5f;
+    memcpy(&sub, &xf, 4);
+    sub -= 0x3f000000u;
+    uint32_t nrm = (x + 0xc8000fffu + ((x >> 13) & 1u)) >> 13;
+    uint32_t o = red_selu(x < 0x38800000u, sub, nrm);
+    o = red_selu(x >= 0x47800000u, red_selu(x > 0x7f800000u, 0x7e00u, 0x7c00u), o);
+    return (uint16_t)((sign >> 16) | o);
+}
+
+
 #define RED_GATHER(TS, CONV) {                                                   \
         const TS *q = (const TS *)s;                                             \
         for (int64_t i = 0; i < n; i++) d[i] = CONV(q[i * st]);                  \
@@ -341,9 +429,9 @@ static inline int64_t red_combine_i(red_code c, int64_t a, int64_t b) {
 #define RED_CAST_I(v) ((int64_t)(v))
 #define RED_NZ_D(v) ((double)((v) != 0))
 #define RED_NZ_I(v) ((int64_t)((v) != 0))
-#define RED_H2D(v) ((double)tpu_f16_to_f32(v))
+#define RED_H2D(v) ((double)red_h2f(v))
 #define RED_B2D(v) ((double)tpu_bf16_to_f32(v))
-#define RED_H2I(v) ((int64_t)tpu_f16_to_f32(v))
+#define RED_H2I(v) ((int64_t)red_h2f(v))
 #define RED_B2I(v) ((int64_t)tpu_bf16_to_f32(v))
 #define RED_GATHER_ALL(C, H, B, NZ)                                              \
     switch (dt) {                                                                \
@@ -372,7 +460,7 @@ static RED_CLONES void red_load_i(int64_t *restrict d, const char *s, int64_t st
         for (int64_t i = 0; i < n; i++) q[i * st] = CONV(s[i]);                  \
     } break
 #define RED_TO_F(v) ((float)(v))
-#define RED_TO_H(v) tpu_f32_to_f16((float)(v))
+#define RED_TO_H(v) red_f2h((float)(v))
 #define RED_TO_B(v) tpu_f32_to_bf16((float)(v))
 #define RED_TO_U8(v) ((uint8_t)(int64_t)(v))
 #define RED_TO_I8(v) ((int8_t)(int64_t)(v))
@@ -655,15 +743,29 @@ static int64_t red_red_offset(const red_geom *g, int64_t r) {
     return off;
 }
 
+/* Rows r..r+3 in place when they are contiguous float32 / float64. */
+static bool red_cols_pass4(const red_ctx *c, red_code code, double *acc, int64_t in_off, int64_t r,
+                           int64_t m, const double *aux) {
+    if (c->cst != 1 || r + 4 > c->g.nred || (c->idt != TPU_F32 && c->idt != TPU_F64)) return false;
+    const void *x[4];
+    for (int k = 0; k < 4; k++) x[k] = c->in + (size_t)(in_off + red_red_offset(&c->g, r + k)) * c->ies;
+    if (c->idt == TPU_F32) return red_cols4_f(code, acc, (const float *const *)x, m, aux);
+    return red_cols4_d(code, acc, (const double *const *)x, m, aux);
+}
+
 static void red_cols_pass(const red_ctx *c, red_code code, double *acc, int64_t in_off, int64_t m,
                           const double *aux) {
     double buf[RED_CHUNK];
     for (int64_t j = 0; j < m; j++) acc[j] = red_ident(code);
     for (int64_t r = 0; r < c->g.nred; r++) {
+        if (red_cols_pass4(c, code, acc, in_off, r, m, aux)) {
+            r += 3;
+            continue;
+        }
         const char *p = c->in + (size_t)(in_off + red_red_offset(&c->g, r)) * c->ies;
-        if (c->idt == TPU_F32) { red_cols_f(code, acc, (const float *)p, m, aux, c->p); continue; }
-        if (c->idt == TPU_F64) { red_cols_d(code, acc, (const double *)p, m, aux, c->p); continue; }
-        red_load_d(buf, p, 1, m, c->idt);
+        if (c->cst == 1 && c->idt == TPU_F32) { red_cols_f(code, acc, (const float *)p, m, aux, c->p); continue; }
+        if (c->cst == 1 && c->idt == TPU_F64) { red_cols_d(code, acc, (const double *)p, m, aux, c->p); continue; }
+        red_load_d(buf, p, c->cst, m, c->idt);
         red_cols_d(code, acc, buf, m, aux, c->p);
     }
 }
@@ -672,17 +774,17 @@ static void red_cols_pass_i(const red_ctx *c, int64_t *acc, int64_t in_off, int6
     int64_t buf[RED_CHUNK];
     for (int64_t j = 0; j < m; j++) acc[j] = red_ident_i(c->c1);
     for (int64_t r = 0; r < c->g.nred; r++) {
-        red_load_i(buf, c->in + (size_t)(in_off + red_red_offset(&c->g, r)) * c->ies, 1, m, c->idt);
+        red_load_i(buf, c->in + (size_t)(in_off + red_red_offset(&c->g, r)) * c->ies, c->cst, m, c->idt);
         for (int64_t j = 0; j < m; j++) acc[j] = red_combine_i(c->c1, acc[j], buf[j]);
     }
 }
 
-/* Column ARGMAX / ARGMIN: the reduced dim is the single outer one. */
+/* Column ARGMAX / ARGMIN: the reduced dim is the single one. */
 static void red_cols_arg_i(const red_ctx *c, int64_t *idx, int64_t in_off, int64_t m) {
     int64_t best[RED_CHUNK], buf[RED_CHUNK];
     bool amax = c->op == TPU_OP_ARGMAX;
     for (int64_t r = 0; r < c->g.nred; r++) {
-        red_load_i(r ? buf : best, c->in + (size_t)(in_off + r * c->g.rin[0]) * c->ies, 1, m, c->idt);
+        red_load_i(r ? buf : best, c->in + (size_t)(in_off + r * c->g.rin[0]) * c->ies, c->cst, m, c->idt);
         for (int64_t j = 0; j < m && r == 0; j++) idx[j] = 0;
         for (int64_t j = 0; j < m && r > 0; j++) {
             if (!(amax ? buf[j] > best[j] : buf[j] < best[j])) continue;
@@ -699,7 +801,7 @@ static void red_cols_arg(const red_ctx *c, int64_t *idx, int64_t in_off, int64_t
     red_cols_pass(c, c->op == TPU_OP_ARGMAX ? RC_MAX : RC_MIN, ext, in_off, m, aux);
     int64_t left = m;
     for (int64_t r = 0; r < c->g.nred && left > 0; r++) {
-        red_load_d(buf, c->in + (size_t)(in_off + r * c->g.rin[0]) * c->ies, 1, m, c->idt);
+        red_load_d(buf, c->in + (size_t)(in_off + r * c->g.rin[0]) * c->ies, c->cst, m, c->idt);
         for (int64_t j = 0; j < m; j++) {
             if (found[j] || !red_is_arg_hit(buf[j], ext[j])) continue;
             idx[j] = r;
@@ -763,7 +865,8 @@ static bool red_needs_data(const red_ctx *c) {
     return c->arg || c->op == TPU_OP_AMAX || c->op == TPU_OP_AMIN || c->c1 == RC_MAX_ABS || c->c1 == RC_MIN_ABS;
 }
 
-static tpu_status red_check_arg_dim(tpu_kargs *a, const red_ctx *c) {
+/* ARGMAX / ARGMIN reduce exactly dim i0 (or nothing, for a size-1 dim). */
+static tpu_status red_check_arg_dim(tpu_kargs *a) {
     const tpu_tensor *in = &a->t[1], *o = &a->t[0];
     int64_t d = a->p.i[0] < 0 ? a->p.i[0] + in->ndim : a->p.i[0];
     if (in->ndim == 0) return TPU_OK;
@@ -772,41 +875,49 @@ static tpu_status red_check_arg_dim(tpu_kargs *a, const red_ctx *c) {
     for (int k = 0; k < in->ndim; k++)
         if (k != d && o->sizes[k] == 1 && in->sizes[k] != 1)
             return tpu_kernel_fail(a, "%s: reduces dim %d but i0 is %lld", tpu_op_name(a->op), k, (long long)d);
-    (void)c;
     return TPU_OK;
 }
 
+/* Columns when the innermost kept dim is contiguous in the input (the
+ * reduction runs across it), or when each reduction is so short that a call
+ * per output would dominate: then the columns are gathered with a stride. */
 static bool red_use_columns(const red_ctx *c) {
     const red_geom *g = &c->g;
-    return g->nred > 1 && g->kin[g->nk - 1] == 1 && g->ksz[g->nk - 1] >= RED_MIN_COLS &&
-           (c->arg ? g->nr == 1 : true);
+    if (g->nred <= 1 || g->ksz[g->nk - 1] < RED_MIN_COLS || (c->arg && g->nr != 1)) return false;
+    return g->kin[g->nk - 1] == 1 || g->nred <= RED_SHORT;
+}
+
+static tpu_status red_setup(red_ctx *c, tpu_kargs *a) {
+    memset(c, 0, sizeof *c);
+    tpu_status st = red_geometry(a, &c->g);
+    if (st != TPU_OK) return st;
+    const tpu_tensor *o = &a->t[0], *in = &a->t[1];
+    c->op = a->op;
+    c->arg = a->op == TPU_OP_ARGMAX || a->op == TPU_OP_ARGMIN;
+    if (c->arg && (st = red_check_arg_dim(a)) != TPU_OK) return st;
+    c->idt = (tpu_dtype)in->dtype;
+    c->odt = (tpu_dtype)o->dtype;
+    c->ies = tpu_dtype_size(c->idt);
+    c->oes = tpu_dtype_size(c->odt);
+    c->in = (const char *)in->base + (size_t)in->offset * c->ies;
+    c->out = (char *)o->base + (size_t)o->offset * c->oes;
+    c->idom = !tpu_dtype_is_float(c->idt) && !tpu_dtype_is_float(c->odt) &&
+              (c->op == TPU_OP_SUM || c->op == TPU_OP_PROD || c->op == TPU_OP_AMAX || c->op == TPU_OP_AMIN);
+    red_setup_codes(c, &a->p);
+    return TPU_OK;
 }
 
 tpu_status tpu_k_reduce(tpu_kargs *a) {
     if (tpu_op_family_of(a->op) != TPU_FAM_RED) return tpu_kernel_fail(a, "%s: not a reduction", tpu_op_name(a->op));
     red_ctx c;
-    memset(&c, 0, sizeof c);
-    tpu_status st = red_geometry(a, &c.g);
-    if (st != TPU_OK) return st;
-    const tpu_tensor *o = &a->t[0], *in = &a->t[1];
-    c.op = a->op;
-    c.arg = a->op == TPU_OP_ARGMAX || a->op == TPU_OP_ARGMIN;
-    if (c.arg && (st = red_check_arg_dim(a, &c)) != TPU_OK) return st;
-    c.idt = (tpu_dtype)in->dtype;
-    c.odt = (tpu_dtype)o->dtype;
-    c.ies = tpu_dtype_size(c.idt);
-    c.oes = tpu_dtype_size(c.odt);
-    c.in = (const char *)in->base + (size_t)in->offset * c.ies;
-    c.out = (char *)o->base + (size_t)o->offset * c.oes;
-    c.idom = !tpu_dtype_is_float(c.idt) && !tpu_dtype_is_float(c.odt) &&
-             (c.op == TPU_OP_SUM || c.op == TPU_OP_PROD || c.op == TPU_OP_AMAX || c.op == TPU_OP_AMIN);
-    red_setup_codes(&c, &a->p);
-    if (c.g.nout == 0) return TPU_OK;
+    tpu_status st = red_setup(&c, a);
+    if (st != TPU_OK || c.g.nout == 0) return st;
     if (c.g.nred == 0 && red_needs_data(&c))
         return tpu_kernel_fail(a, "%s(): Expected reduction dim to be specified for input.numel() == 0.",
                                tpu_op_name(a->op));
     int64_t work = c.g.nout * (c.g.nred > 0 ? c.g.nred : 1);
     if (red_use_columns(&c)) {
+        c.cst = c.g.kin[c.g.nk - 1];
         int64_t K = c.g.ksz[c.g.nk - 1], ntask = c.g.nout / K * ((K + RED_CHUNK - 1) / RED_CHUNK);
         int64_t per = c.g.nred * RED_CHUNK;
         tpu_parallel_for(ntask, per >= RED_GRAIN ? 1 : RED_GRAIN / per, red_cols_task, &c);
@@ -903,7 +1014,8 @@ static void scan_task(void *ctx, int64_t b, int64_t e) {
     }
 }
 
-tpu_status tpu_k_scan(tpu_kargs *a) {
+/* The scanned dim and the coalesced line dims. */
+static tpu_status scan_setup(scan_ctx *c, tpu_kargs *a) {
     const tpu_tensor *o = &a->t[0], *in = &a->t[1];
     if (tpu_op_family_of(a->op) != TPU_FAM_SCAN || a->n != 2 || o->ndim != in->ndim || in->is_scalar)
         return tpu_kernel_fail(a, "%s: expected out and input of the same rank", tpu_op_name(a->op));
@@ -913,24 +1025,30 @@ tpu_status tpu_k_scan(tpu_kargs *a) {
         return tpu_kernel_fail(a, "%s: dim %lld out of range", tpu_op_name(a->op), (long long)a->p.i[0]);
     for (int d = 0; d < nd; d++)
         if (o->sizes[d] != in->sizes[d]) return tpu_kernel_fail(a, "%s: output shape differs", tpu_op_name(a->op));
-    scan_ctx c;
-    memset(&c, 0, sizeof c);
-    c.idt = (tpu_dtype)in->dtype;
-    c.odt = (tpu_dtype)o->dtype;
-    c.ies = tpu_dtype_size(c.idt);
-    c.oes = tpu_dtype_size(c.odt);
-    c.in = (const char *)in->base + (size_t)in->offset * c.ies;
-    c.out = (char *)o->base + (size_t)o->offset * c.oes;
-    c.idom = !tpu_dtype_is_float(c.idt) && !tpu_dtype_is_float(c.odt);
-    c.prod = a->op == TPU_OP_CUMPROD;
-    c.len = nd ? in->sizes[dim] : 1;
-    c.sin = nd ? in->strides[dim] : 0;
-    c.sout = nd ? o->strides[dim] : 0;
-    int64_t numel = tpu_tensor_numel(in);
-    if (numel == 0) return TPU_OK;
+    memset(c, 0, sizeof *c);
+    c->idt = (tpu_dtype)in->dtype;
+    c->odt = (tpu_dtype)o->dtype;
+    c->ies = tpu_dtype_size(c->idt);
+    c->oes = tpu_dtype_size(c->odt);
+    c->in = (const char *)in->base + (size_t)in->offset * c->ies;
+    c->out = (char *)o->base + (size_t)o->offset * c->oes;
+    c->idom = !tpu_dtype_is_float(c->idt) && !tpu_dtype_is_float(c->odt);
+    c->prod = a->op == TPU_OP_CUMPROD;
+    c->len = nd ? in->sizes[dim] : 1;
+    c->sin = nd ? in->strides[dim] : 0;
+    c->sout = nd ? o->strides[dim] : 0;
     for (int d = 0; d < nd; d++)
-        if (d != dim && in->sizes[d] != 1) red_push(&c.nl, c.lsz, c.lin, c.lout, in->sizes[d], in->strides[d], o->strides[d]);
-    if (c.nl == 0) { c.nl = 1; c.lsz[0] = 1; }
+        if (d != dim && in->sizes[d] != 1)
+            red_push(&c->nl, c->lsz, c->lin, c->lout, in->sizes[d], in->strides[d], o->strides[d]);
+    if (c->nl == 0) { c->nl = 1; c->lsz[0] = 1; }
+    return TPU_OK;
+}
+
+tpu_status tpu_k_scan(tpu_kargs *a) {
+    scan_ctx c;
+    tpu_status st = scan_setup(&c, a);
+    int64_t numel = tpu_tensor_numel(&a->t[1]);
+    if (st != TPU_OK || numel == 0) return st;
     c.nlines = numel / c.len;
     int64_t K = c.lsz[c.nl - 1], ntask = c.nlines;
     c.columns = c.len > 1 && K >= RED_MIN_COLS && c.lin[c.nl - 1] == 1 && c.lout[c.nl - 1] == 1;

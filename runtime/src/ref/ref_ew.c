@@ -373,8 +373,9 @@ static int64_t ref_offset(const tpu_tensor *t, const int64_t *sz, int nd, int64_
     return off;
 }
 
+/* An input of another rank can only be a one-element tensor: its element 0. */
 static const void *ref_in_ptr(const tpu_tensor *t, const int64_t *sz, int nd, int64_t lin) {
-    return tpu_elem_ptr(t, ref_offset(t, sz, nd, lin));
+    return tpu_elem_ptr(t, t->ndim == nd ? ref_offset(t, sz, nd, lin) : 0);
 }
 
 static double ref_load_d(const tpu_tensor *t, const int64_t *sz, int nd, int64_t lin) {

@@ -39,7 +39,7 @@ static void *pool_main(void *arg) {
     for (;;) {
         uint64_t g;
         int spins = 0;
-        while ((g = atomic_load_explicit(&generation, memory_order_acquire)) == seen && spins < 200000) {
+        while ((g = atomic_load_explicit(&generation, memory_order_acquire)) == seen && spins < 20000) {
             __builtin_ia32_pause();
             spins++;
         }

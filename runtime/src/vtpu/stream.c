@@ -47,7 +47,7 @@ struct tpu_event {
 static _Atomic int64_t next_stream_id = 1;
 static _Thread_local tpu_stream_t cur_stream[TPU_MAX_DEVICES];
 
-#define SPIN_ITERS 20000
+#define SPIN_ITERS 4000   /* ~50 us of pause: longer spins steal one of our two cores */
 
 /* --- command allocation: a small lock-free-ish free list would do; malloc is fine here. --- */
 tpu_cmd *tpu_cmd_new(tpu_cmd_kind kind) {
