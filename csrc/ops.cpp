@@ -173,6 +173,8 @@ static c10::ScalarType common_type(std::initializer_list<at::Tensor> ts) {
 }
 
 // out = op(ins...) with broadcasting; `compute` given or the common dtype.
+static void device_copy(const at::Tensor& dst, const at::Tensor& src);
+
 static at::Tensor& ew_out(tpu_op op, at::Tensor& out, std::initializer_list<at::Tensor> ins,
                           std::optional<c10::ScalarType> compute = std::nullopt, tpu_params p = {},
                           bool cast_check = true) {
@@ -225,6 +227,36 @@ static at::Tensor isnan(const at::Tensor& self) {
   auto out = at::empty(self.sizes(), self.options().dtype(kBool));
   ew(TPU_OP_ISNAN, out, {self}, self.scalar_type());
   return out;
+}
+
+static at::Tensor& tri_out(tpu_op op, const at::Tensor& self, int64_t diag, at::Tensor& out) {
+  TORCH_CHECK(self.dim() >= 2, op == TPU_OP_TRIL ? "tril" : "triu", ": input tensor must have at least 2 dimensions");
+  at::native::resize_output(out, self.sizes());
+  if (out.numel() == 0) return out;
+  at::Tensor src = self;
+  if (out.scalar_type() != self.scalar_type()) { src = at::empty(self.sizes(), out.options()); device_copy(src, self); }
+  tpu_params p{};
+  p.i[0] = diag;
+  tpu_tensor ts[2] = {desc(out), desc(src)};
+  submit(op, ts, 2, p);
+  return out;
+}
+static at::Tensor& tril_out(const at::Tensor& self, int64_t diag, at::Tensor& out) { return tri_out(TPU_OP_TRIL, self, diag, out); }
+static at::Tensor& triu_out(const at::Tensor& self, int64_t diag, at::Tensor& out) { return tri_out(TPU_OP_TRIU, self, diag, out); }
+
+// isposinf / isneginf: x == +-inf (always false for integer dtypes).
+static at::Tensor& isinf_sign_out(const at::Tensor& self, double inf, at::Tensor& out) {
+  at::native::resize_output(out, self.sizes());
+  if (!isFloatingType(self.scalar_type())) return out.fill_(false);
+  tpu_params p{};
+  ew(TPU_OP_EQ, out, {self, wrap(inf)}, self.scalar_type(), p);
+  return out;
+}
+static at::Tensor& isposinf_out(const at::Tensor& self, at::Tensor& out) {
+  return isinf_sign_out(self, std::numeric_limits<double>::infinity(), out);
+}
+static at::Tensor& isneginf_out(const at::Tensor& self, at::Tensor& out) {
+  return isinf_sign_out(self, -std::numeric_limits<double>::infinity(), out);
 }
 
 static at::Tensor& hardtanh_out(const at::Tensor& self, const c10::Scalar& mn, const c10::Scalar& mx, at::Tensor& out) {
@@ -1329,6 +1361,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("linspace.out", TORCH_FN(linspace_out));
   m.impl("record_stream", TORCH_FN(record_stream));
   m.impl("isnan", TORCH_FN(isnan));
+  m.impl("isposinf.out", TORCH_FN(isposinf_out)); m.impl("isneginf.out", TORCH_FN(isneginf_out));
+  m.impl("tril.out", TORCH_FN(tril_out)); m.impl("triu.out", TORCH_FN(triu_out));
   m.impl("hardtanh", TORCH_FN(hardtanh)); m.impl("hardtanh.out", TORCH_FN(hardtanh_out));
   m.impl("hardtanh_", TORCH_FN(hardtanh_));
   // unary

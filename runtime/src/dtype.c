@@ -152,6 +152,7 @@ tpu_status tpu_ref_run(tpu_kargs *a) {
     case TPU_FAM_INDEX: return tpu_ref_index(a);
     case TPU_FAM_RANDOM: return tpu_ref_random(a);
     case TPU_FAM_OPTIM: return tpu_ref_optim(a);
+    case TPU_FAM_SHAPE: return tpu_ref_shape(a);
     default: return tpu_kernel_fail(a, "%s: unknown op family", tpu_op_name(a->op));
     }
 }
@@ -168,6 +169,7 @@ tpu_status tpu_kernel_run(tpu_kargs *a) {
     case TPU_FAM_INDEX: return tpu_k_index(a);
     case TPU_FAM_RANDOM: return tpu_k_random(a);
     case TPU_FAM_OPTIM: return tpu_k_optim(a);
+    case TPU_FAM_SHAPE: return tpu_k_shape(a);
     default: return tpu_kernel_fail(a, "%s: unknown op family", tpu_op_name(a->op));
     }
 }

@@ -776,6 +776,37 @@ static void test_ew_mixed(void) {
     }
 }
 
+/* A 0-dim tensor input of a launch of higher rank: read as one element. */
+static void test_ew_rank0_input(void) {
+    static const tpu_op ops[] = { TPU_OP_ADD, TPU_OP_MUL, TPU_OP_MAXIMUM, TPU_OP_WHERE, TPU_OP_COPY, TPU_OP_FILL };
+    int64_t sz[2] = { 7, 13 };
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
+        tpu_op op = ops[i];
+        int nin = op == TPU_OP_FILL ? 1 : op_nin[op];
+        hten in[3], of, orf;
+        tpu_tensor fo[4], ro[4];
+        hmk(&of, TPU_F32, 2, sz, LAY_CONTIG, 0);
+        hclone(&orf, &of);
+        fo[0] = of.t;
+        ro[0] = orf.t;
+        for (int k = 0; k < nin; k++) {
+            bool rank0 = k == nin - 1;
+            hmk(&in[k], op == TPU_OP_WHERE && k == 0 ? TPU_BOOL : TPU_F32, rank0 ? 0 : 2, sz, LAY_CONTIG, 0);
+            hgen(&in[k], &(vgen){ 0, 2, 0 });
+            fo[1 + k] = ro[1 + k] = in[k].t;
+        }
+        tpu_params p;
+        memset(&p, 0, sizeof p);
+        p.f[0] = 1;
+        p.compute_dtype = TPU_F32;
+        snprintf(case_desc, sizeof case_desc, "%s with a 0-dim last input", tpu_op_name(op));
+        if (run_both(op, fo, ro, 1 + nin, &p)) hcmp(&of, &orf, false, 1);
+        for (int k = 0; k < nin; k++) hfree(&in[k]);
+        hfree(&of);
+        hfree(&orf);
+    }
+}
+
 /* COPY between every pair of dtypes; float sources stay in the target's range. */
 static void test_ew_copy(void) {
     for (int a = 0; a < N_ALL; a++) {
@@ -796,6 +827,42 @@ static void test_ew_copy(void) {
             c.scalar_val = tpu_dtype_is_float(src) ? 2.75 : 77;
             ew_run_shape(&c, &ew_shapes[0]);
             ew_run_shape(&c, &ew_shapes[4]);
+        }
+    }
+}
+
+/* Copies out of views with the last two dims swapped (x.transpose(-1, -2)
+ * .contiguous()), the tiled path, for every element size. */
+static void test_ew_transpose_copy(void) {
+    static const int64_t shapes[][4] = { { 2, 19, 23, 0 }, { 3, 8, 8, 0 }, { 2, 3, 17, 40 }, { 2, 1, 9, 33 } };
+    static const int nds[] = { 3, 3, 4, 4 };
+    static const tpu_dtype dts[] = { TPU_U8, TPU_F16, TPU_F32, TPU_F64, TPU_BOOL };
+    for (int si = 0; si < 4; si++) {
+        for (int di = 0; di < 5; di++) {
+            int nd = nds[si];
+            const int64_t *sz = shapes[si];
+            hten in, of, orf;
+            int64_t isz[4];
+            memcpy(isz, sz, sizeof isz);
+            isz[nd - 1] = sz[nd - 2];
+            isz[nd - 2] = sz[nd - 1];
+            hmk(&in, dts[di], nd, isz, LAY_CONTIG, 0);   /* contiguous, then viewed transposed */
+            hgen(&in, &(vgen){ -50, 50, 0 });
+            int64_t t = in.t.strides[nd - 1];
+            in.t.strides[nd - 1] = in.t.strides[nd - 2];
+            in.t.strides[nd - 2] = t;
+            in.t.sizes[nd - 1] = sz[nd - 1];
+            in.t.sizes[nd - 2] = sz[nd - 2];
+            hmk(&of, dts[di], nd, sz, LAY_CONTIG, 0);
+            hclone(&orf, &of);
+            snprintf(case_desc, sizeof case_desc, "transpose copy %s shape #%d", tpu_dtype_name(dts[di]), si);
+            tpu_params p;
+            memset(&p, 0, sizeof p);
+            tpu_tensor fo[2] = { of.t, in.t }, ro[2] = { orf.t, in.t };
+            if (run_both(TPU_OP_COPY, fo, ro, 2, &p)) hcmp(&of, &orf, false, 1);
+            hfree(&in);
+            hfree(&of);
+            hfree(&orf);
         }
     }
 }
@@ -913,6 +980,7 @@ static const red_shape red_shapes[] = {
     { "0-dim", 0, { 0 }, LAY_CONTIG, LAY_CONTIG, 0, false },
     { "6x9 stride-0 dim 0", 2, { 6, 9 }, LAY_CONTIG, LAY_CONTIG, 1, false },
     { "67x257 out transposed", 2, { 67, 257 }, LAY_CONTIG, LAY_TRANS, 0, false },
+    { "40x5", 2, { 40, 5 }, LAY_CONTIG, LAY_PAD, 0, false },
     { "2x70001 split", 2, { 2, 70001 }, LAY_CONTIG, LAY_CONTIG, 0, true },
     { "40000x3", 2, { 40000, 3 }, LAY_CONTIG, LAY_CONTIG, 0, true },
 };
@@ -1118,7 +1186,9 @@ int main(void) {
     RUN_TEST(test_golden_reduce);
     RUN_TEST(test_ew_ops);
     RUN_TEST(test_ew_mixed);
+    RUN_TEST(test_ew_rank0_input);
     RUN_TEST(test_ew_copy);
+    RUN_TEST(test_ew_transpose_copy);
     RUN_TEST(test_ew_fill_arange);
     RUN_TEST(test_ew_errors);
     RUN_TEST(test_red_ops);

@@ -301,6 +301,18 @@ def test_indexing():
     assert_close(tpu[0], cpu[0])
 
 
+def test_triangular_and_inf_tests():
+    x = gen(3, 5, 6)
+    for d in (-2, 0, 1, 4):
+        check(torch.tril, x, d)
+        check(torch.triu, x.transpose(1, 2), d)
+    check(torch.tril, gen(4, 4, dtype=torch.int64))
+    y = torch.tensor([float("-inf"), 1.0, float("inf"), float("nan")])
+    check(torch.isneginf, y)
+    check(torch.isposinf, y)
+    check(torch.isinf, y)
+
+
 def test_creation_and_copies():
     for dt in (torch.float32, torch.int64, torch.bfloat16, torch.bool):
         assert_close(torch.zeros(3, 4, dtype=dt, device="tpu"), torch.zeros(3, 4, dtype=dt))

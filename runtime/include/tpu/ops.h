@@ -31,7 +31,7 @@ typedef enum tpu_op {
 
 typedef enum tpu_op_family {
     TPU_FAM_EW, TPU_FAM_RED, TPU_FAM_SCAN, TPU_FAM_GEMM, TPU_FAM_SOFTMAX, TPU_FAM_LOSS,
-    TPU_FAM_NORM, TPU_FAM_INDEX, TPU_FAM_RANDOM, TPU_FAM_OPTIM, TPU_FAM_COUNT
+    TPU_FAM_NORM, TPU_FAM_INDEX, TPU_FAM_RANDOM, TPU_FAM_OPTIM, TPU_FAM_SHAPE, TPU_FAM_COUNT
 } tpu_op_family;
 
 /* Same order as c10::ScalarType's first entries is NOT assumed; the glue maps. */

@@ -46,6 +46,7 @@ tpu_status tpu_k_norm(tpu_kargs *a);
 tpu_status tpu_k_index(tpu_kargs *a);
 tpu_status tpu_k_random(tpu_kargs *a);
 tpu_status tpu_k_optim(tpu_kargs *a);
+tpu_status tpu_k_shape(tpu_kargs *a);
 /* Reference: one naive implementation of every op, never fast, never fused.
  * tpu_ref_run dispatches by family to tpu_ref_<family> (ref/ref_<family>.c). */
 tpu_status tpu_ref_run(tpu_kargs *a);
@@ -59,6 +60,7 @@ tpu_status tpu_ref_norm(tpu_kargs *a);
 tpu_status tpu_ref_index(tpu_kargs *a);
 tpu_status tpu_ref_random(tpu_kargs *a);
 tpu_status tpu_ref_optim(tpu_kargs *a);
+tpu_status tpu_ref_shape(tpu_kargs *a);
 /* Run the fast kernel of a.op (dispatch by family). */
 tpu_status tpu_kernel_run(tpu_kargs *a);
 
