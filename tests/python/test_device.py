@@ -167,3 +167,40 @@ def test_pin_memory_and_non_blocking():
     back.copy_(t, non_blocking=True)
     torch.tpu.synchronize()
     assert torch.equal(back, x)
+
+
+def test_two_chips():
+    """With TPU_NUM_DEVICES=2: tensors on tpu:1, copies between chips, per-chip memory stats."""
+    import subprocess
+    import sys
+    import textwrap
+    code = textwrap.dedent("""
+        import torch
+        assert torch.tpu.device_count() == 2
+        a = torch.arange(12.0).reshape(3, 4)
+        t1 = a.to("tpu:1")
+        assert t1.device == torch.device("tpu:1")
+        assert torch.tpu.memory_allocated(1) > 0 and torch.tpu.memory_allocated(0) == 0
+        t0 = (t1 * 2).to("tpu:0")
+        assert t0.device.index == 0 and torch.equal(t0.cpu(), a * 2)
+        nc = t1.t().to("tpu:0")                      # non-contiguous source on another chip
+        assert torch.equal(nc.cpu(), a.t())
+        with torch.tpu.device(1):
+            x = torch.ones(5, device="tpu")
+            assert x.device.index == 1 and torch.tpu.current_device() == 1
+        assert torch.tpu.current_device() == 0
+        try:
+            t0 + t1
+        except RuntimeError as e:
+            assert "same device" in str(e), e
+        else:
+            raise SystemExit("mixing chips did not raise")
+        m = torch.nn.Linear(4, 2).to("tpu:1")
+        y = m(t1).sum()
+        y.backward()
+        assert m.weight.grad.device.index == 1
+        print("ok")
+    """)
+    env = dict(__import__("os").environ, TPU_NUM_DEVICES="2")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0 and "ok" in r.stdout, r.stdout + r.stderr
