@@ -1249,6 +1249,221 @@ static at::Tensor native_dropout_backward(const at::Tensor& grad, const at::Tens
   return out;
 }
 
+// ---------------------------------------------------------------- convolution, pooling, batch norm
+static int64_t pack2(int64_t h, int64_t w) {
+  TORCH_CHECK(h >= 0 && w >= 0 && h < 65536 && w < 65536, "tpu convolution/pooling parameters must be in [0, 65535]");
+  return h | (w << 16);
+}
+static int64_t at2(c10::IntArrayRef v, size_t i, int64_t dflt) { return v.empty() ? dflt : v[v.size() == 1 ? 0 : i]; }
+
+// Window parameters (kh, kw, stride, padding, dilation) in the runtime's packed form.
+static tpu_params win_params(int64_t kh, int64_t kw, c10::IntArrayRef st, c10::IntArrayRef pad, c10::IntArrayRef dil,
+                             bool one_d) {
+  tpu_params p{};
+  p.i[0] = pack2(kh, kw);
+  p.i[1] = one_d ? pack2(1, at2(st, 0, 1)) : pack2(at2(st, 0, 1), at2(st, 1, 1));
+  p.i[2] = one_d ? pack2(0, at2(pad, 0, 0)) : pack2(at2(pad, 0, 0), at2(pad, 1, 0));
+  p.i[3] = one_d ? pack2(1, at2(dil, 0, 1)) : pack2(at2(dil, 0, 1), at2(dil, 1, 1));
+  return p;
+}
+static int64_t conv_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) { return (in + 2 * p - d * (k - 1) - 1) / s + 1; }
+
+static at::Tensor convolution(const at::Tensor& input_, const at::Tensor& weight_, const std::optional<at::Tensor>& bias,
+                              c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
+                              c10::IntArrayRef output_padding, int64_t groups) {
+  TORCH_CHECK_NOT_IMPLEMENTED(!transposed, "transposed convolution is not implemented on tpu yet");
+  TORCH_CHECK_NOT_IMPLEMENTED(input_.dim() == 3 || input_.dim() == 4, "tpu supports 1-d and 2-d convolution, got a ",
+                              input_.dim(), "-d input");
+  const bool one_d = input_.dim() == 3;
+  at::Tensor x = one_d ? input_.unsqueeze(2) : input_, w = one_d ? weight_.unsqueeze(2) : weight_;
+  const int64_t N = x.size(0), C = x.size(1), O = w.size(0), kh = w.size(2), kw = w.size(3);
+  TORCH_CHECK(groups > 0 && C % groups == 0 && O % groups == 0 && w.size(1) * groups == C,
+              "Given groups=", groups, ", weight of size ", weight_.sizes(), ", expected input", input_.sizes(),
+              " to have ", w.size(1) * groups, " channels, but got ", C, " channels instead");
+  tpu_params p = win_params(kh, kw, stride, padding, dilation, one_d);
+  const int64_t sh = p.i[1] & 0xffff, sw = p.i[1] >> 16, ph = p.i[2] & 0xffff, pw = p.i[2] >> 16;
+  const int64_t dh = p.i[3] & 0xffff, dw = p.i[3] >> 16;
+  const int64_t OH = conv_out(x.size(2), kh, sh, ph, dh), OW = conv_out(x.size(3), kw, sw, pw, dw);
+  TORCH_CHECK(OH > 0 && OW > 0, "Calculated output size is too small for the input size ", input_.sizes());
+  const int64_t G = groups, Cg = C / G, Og = O / G, K = Cg * kh * kw, L = OH * OW;
+  at::Tensor out = at::empty({N, O, OH, OW}, x.options());
+  at::Tensor cols = at::empty({N, K, L}, x.options());
+  at::Tensor wm = w.reshape({O, K});
+  for (int64_t g = 0; g < G; g++) {
+    at::Tensor xg = x.narrow(1, g * Cg, Cg);
+    tpu_tensor ts[2] = {desc(cols), desc(xg)};
+    submit(TPU_OP_IM2COL, ts, 2, p);
+    at::Tensor og = out.narrow(1, g * Og, Og), wg = wm.narrow(0, g * Og, Og);
+    tpu_tensor o3 = as3(og, N, Og, L, og.stride(0), og.stride(1), 1);
+    tpu_tensor a3 = as3(wg, N, Og, K, 0, wg.stride(0), wg.stride(1));
+    if (bias.has_value() && bias->defined()) {
+      at::Tensor bg = bias->narrow(0, g * Og, Og);
+      gemm(out, o3, a3, bat3(cols), &bg, as3(bg, N, Og, L, 0, bg.stride(0), 0), 1.0, 1.0);
+    } else {
+      gemm(out, o3, a3, bat3(cols), nullptr, {}, 1.0, 0.0);
+    }
+  }
+  return one_d ? out.squeeze(2) : out;
+}
+
+static std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(const at::Tensor& grad_, const at::Tensor& input_,
+    const at::Tensor& weight_, c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
+    c10::IntArrayRef output_padding, int64_t groups, std::array<bool, 3> mask) {
+  TORCH_CHECK_NOT_IMPLEMENTED(!transposed, "transposed convolution is not implemented on tpu yet");
+  const bool one_d = input_.dim() == 3;
+  at::Tensor x = one_d ? input_.unsqueeze(2) : input_, w = one_d ? weight_.unsqueeze(2) : weight_;
+  at::Tensor gy = (one_d ? grad_.unsqueeze(2) : grad_).contiguous();
+  const int64_t N = x.size(0), C = x.size(1), O = w.size(0), kh = w.size(2), kw = w.size(3);
+  const int64_t OH = gy.size(2), OW = gy.size(3), G = groups, Cg = C / G, Og = O / G, K = Cg * kh * kw, L = OH * OW;
+  tpu_params p = win_params(kh, kw, stride, padding, dilation, one_d);
+  at::Tensor gx, gw, gb;
+  if (mask[0]) gx = at::empty(x.sizes(), x.options());
+  if (mask[1]) gw = at::empty({O, K}, w.options());
+  if (mask[2]) gb = gy.sum({0, 2, 3});
+  at::Tensor wm = w.reshape({O, K});
+  at::Tensor cols = at::empty({N, K, L}, x.options());
+  at::Tensor gy3 = gy.view({N, O, L});
+  for (int64_t g = 0; g < G; g++) {
+    at::Tensor gyg = gy3.narrow(1, g * Og, Og);
+    if (mask[1]) {      // dW_g = sum_n gy_g[n] @ cols_g[n]^T
+      at::Tensor xg = x.narrow(1, g * Cg, Cg);
+      tpu_tensor ts[2] = {desc(cols), desc(xg)};
+      submit(TPU_OP_IM2COL, ts, 2, p);
+      at::Tensor part = at::empty({N, Og, K}, x.options());
+      gemm(part, bat3(part), bat3(gyg), as3(cols, N, L, K, cols.stride(0), 1, cols.stride(1)), nullptr, {}, 1.0, 0.0);
+      gw.narrow(0, g * Og, Og).copy_(part.sum(0));
+    }
+    if (mask[0]) {      // dcols = W_g^T @ gy_g, then fold windows back
+      at::Tensor wg = wm.narrow(0, g * Og, Og);
+      gemm(cols, bat3(cols), as3(wg, N, K, Og, 0, wg.stride(1), wg.stride(0)), bat3(gyg), nullptr, {}, 1.0, 0.0);
+      at::Tensor gxg = gx.narrow(1, g * Cg, Cg);
+      tpu_tensor ts[2] = {desc(gxg), desc(cols)};
+      submit(TPU_OP_COL2IM, ts, 2, p);
+    }
+  }
+  if (gw.defined()) gw = gw.view(w.sizes());
+  if (one_d) {
+    if (gx.defined()) gx = gx.squeeze(2);
+    if (gw.defined()) gw = gw.squeeze(2);
+  }
+  return {gx, gw, gb};
+}
+
+static int64_t pool_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d, bool ceil_mode) {
+  int64_t o = (in + 2 * p - d * (k - 1) - 1 + (ceil_mode ? s - 1 : 0)) / s + 1;
+  if (ceil_mode && (o - 1) * s >= in + p) o--;
+  return o;
+}
+
+static std::tuple<at::Tensor, at::Tensor> max_pool2d_with_indices(const at::Tensor& input, c10::IntArrayRef ks,
+    c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation, bool ceil_mode) {
+  TORCH_CHECK(input.dim() == 3 || input.dim() == 4, "non-empty 3D or 4D (batch mode) tensor expected for input");
+  TORCH_CHECK(ks.size() == 1 || ks.size() == 2, "max_pool2d: kernel_size must either be a single int, or a tuple of two ints");
+  at::Tensor x = input.dim() == 3 ? input.unsqueeze(0) : input;
+  int64_t kh = ks[0], kw = ks.size() == 2 ? ks[1] : ks[0];
+  c10::IntArrayRef st = stride.empty() ? ks : stride;
+  tpu_params p = win_params(kh, kw, st, padding, dilation, false);
+  int64_t sh = p.i[1] & 0xffff, sw = p.i[1] >> 16, ph = p.i[2] & 0xffff, pw = p.i[2] >> 16, dh = p.i[3] & 0xffff, dw = p.i[3] >> 16;
+  TORCH_CHECK(ph <= kh / 2 && pw <= kw / 2, "pad should be at most half of effective kernel size, but got pad=", ph,
+              ", kernel_size=", kh, " and dilation=", dh);
+  int64_t OH = pool_out(x.size(2), kh, sh, ph, dh, ceil_mode), OW = pool_out(x.size(3), kw, sw, pw, dw, ceil_mode);
+  TORCH_CHECK(OH > 0 && OW > 0, "max_pool2d: output size is too small");
+  at::Tensor y = at::empty({x.size(0), x.size(1), OH, OW}, x.options());
+  at::Tensor ix = at::empty({x.size(0), x.size(1), OH, OW}, x.options().dtype(kLong));
+  if (y.numel() > 0) {
+    tpu_tensor ts[3] = {desc(y), desc(ix), desc(x)};
+    submit(TPU_OP_MAXPOOL2D, ts, 3, p);
+  }
+  if (input.dim() == 3) return {y.squeeze(0), ix.squeeze(0)};
+  return {y, ix};
+}
+
+static at::Tensor max_pool2d_with_indices_backward(const at::Tensor& grad, const at::Tensor& input, c10::IntArrayRef ks,
+    c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation, bool ceil_mode, const at::Tensor& indices) {
+  const bool three = input.dim() == 3;
+  at::Tensor x = three ? input.unsqueeze(0) : input;
+  at::Tensor g = three ? grad.unsqueeze(0) : grad, ix = three ? indices.unsqueeze(0) : indices;
+  int64_t kh = ks[0], kw = ks.size() == 2 ? ks[1] : ks[0];
+  tpu_params p = win_params(kh, kw, stride.empty() ? ks : stride, padding, dilation, false);
+  at::Tensor dx = at::empty(x.sizes(), x.options());
+  if (dx.numel() > 0) {
+    tpu_tensor ts[3] = {desc(dx), desc(g), desc(ix)};
+    submit(TPU_OP_MAXPOOL2D_BWD, ts, 3, p);
+  }
+  return three ? dx.squeeze(0) : dx;
+}
+
+// Batch norm, composed from native ops (per-channel statistics, then one fused affine pass).
+static std::vector<int64_t> chan_shape(const at::Tensor& x) {
+  std::vector<int64_t> s(x.dim(), 1);
+  s[1] = x.size(1);
+  return s;
+}
+static std::vector<int64_t> red_dims(const at::Tensor& x) {
+  std::vector<int64_t> d{0};
+  for (int64_t i = 2; i < x.dim(); i++) d.push_back(i);
+  return d;
+}
+
+static std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm(const at::Tensor& x,
+    const std::optional<at::Tensor>& w, const std::optional<at::Tensor>& b, const std::optional<at::Tensor>& rm,
+    const std::optional<at::Tensor>& rv, bool training, double momentum, double eps) {
+  TORCH_CHECK(x.dim() >= 2, "batch_norm: expected at least 2-d input, got ", x.dim(), "-d");
+  const int64_t C = x.size(1);
+  auto cs = chan_shape(x);
+  bool has_rm = rm.has_value() && rm->defined(), has_rv = rv.has_value() && rv->defined();
+  at::Tensor mean, invstd;
+  if (training) {
+    auto dims = red_dims(x);
+    int64_t n = x.numel() / std::max<int64_t>(C, 1);
+    TORCH_CHECK(n > 1, "Expected more than 1 value per channel when training, got input size ", x.sizes());
+    mean = x.mean(dims);
+    at::Tensor var = x.var(dims, /*correction=*/0, false);
+    invstd = var.add(eps).rsqrt();
+    at::NoGradGuard ng;
+    if (has_rm) rm->mul_(1 - momentum).add_(mean, momentum);
+    if (has_rv) rv->mul_(1 - momentum).add_(var.mul(double(n) / double(n - 1)), momentum);
+  } else {
+    TORCH_CHECK(has_rm && has_rv, "running_mean and running_var must be defined in evaluation mode");
+    mean = *rm;
+    invstd = rv->add(eps).rsqrt();
+  }
+  at::Tensor scale = (w.has_value() && w->defined()) ? invstd.mul(*w) : invstd;
+  at::Tensor shift = (b.has_value() && b->defined()) ? b->sub(mean.mul(scale)) : mean.mul(scale).neg();
+  at::Tensor y = at::empty(x.sizes(), x.options());
+  at::Tensor sv = scale.view(cs), hv = shift.view(cs);
+  ew(TPU_OP_ADDCMUL, y, {hv, x, sv}, x.scalar_type(), tpu_params{{1.0}});
+  if (!training) return {y, at::empty({0}, x.options()), at::empty({0}, x.options())};
+  return {y, mean, invstd};
+}
+
+static std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm_backward(const at::Tensor& g, const at::Tensor& x,
+    const std::optional<at::Tensor>& w, const std::optional<at::Tensor>& rm, const std::optional<at::Tensor>& rv,
+    const std::optional<at::Tensor>& save_mean, const std::optional<at::Tensor>& save_invstd, bool train, double eps,
+    std::array<bool, 3> mask) {
+  auto cs = chan_shape(x);
+  auto dims = red_dims(x);
+  at::Tensor mean = train ? *save_mean : *rm;
+  at::Tensor invstd = train ? *save_invstd : rv->add(eps).rsqrt();
+  at::Tensor xhat = x.sub(mean.view(cs)).mul(invstd.view(cs));
+  at::Tensor gx, gw, gb;
+  at::Tensor gsum = g.sum(dims);
+  at::Tensor gxhat = g.mul(xhat).sum(dims);
+  if (mask[1]) gw = gxhat;
+  if (mask[2]) gb = gsum;
+  if (mask[0]) {
+    at::Tensor k = (w.has_value() && w->defined()) ? invstd.mul(*w) : invstd;
+    if (train) {
+      int64_t n = x.numel() / std::max<int64_t>(x.size(1), 1);
+      at::Tensor mg = gsum.div(double(n)), mgx = gxhat.div(double(n));
+      gx = g.sub(mg.view(cs)).sub(xhat.mul(mgx.view(cs))).mul(k.view(cs));
+    } else {
+      gx = g.mul(k.view(cs));
+    }
+  }
+  return {gx, gw, gb};
+}
+
 // ---------------------------------------------------------------- cat
 static at::Tensor& cat_out(const at::ITensorListRef& tensors, int64_t dim, at::Tensor& out) {
   auto mat = tensors.materialize();
@@ -1445,6 +1660,13 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("gather.out", TORCH_FN(gather_out)); m.impl("scatter_add.out", TORCH_FN(scatter_add_out));
   m.impl("index_add.out", TORCH_FN(index_add_out));
   m.impl("embedding_dense_backward", TORCH_FN(embedding_dense_backward));
+  // convolution, pooling, batch norm
+  m.impl("convolution_overrideable", TORCH_FN(convolution));
+  m.impl("convolution_backward_overrideable", TORCH_FN(convolution_backward));
+  m.impl("max_pool2d_with_indices", TORCH_FN(max_pool2d_with_indices));
+  m.impl("max_pool2d_with_indices_backward", TORCH_FN(max_pool2d_with_indices_backward));
+  m.impl("native_batch_norm", TORCH_FN(native_batch_norm));
+  m.impl("native_batch_norm_backward", TORCH_FN(native_batch_norm_backward));
   // random
   m.impl("uniform_", TORCH_FN(uniform_)); m.impl("normal_", TORCH_FN(normal_));
   m.impl("bernoulli_.float", TORCH_FN(bernoulli_f)); m.impl("bernoulli_.Tensor", TORCH_FN(bernoulli_t));

@@ -343,3 +343,42 @@ def test_creation_and_copies():
     u.resize_(10)
     assert u.shape == (10,)
     assert_close(u[:3], torch.zeros(3))
+
+
+@pytest.mark.parametrize("cfg", [
+    dict(stride=1, padding=0, dilation=1, groups=1), dict(stride=2, padding=1, dilation=1, groups=1),
+    dict(stride=1, padding=2, dilation=2, groups=1), dict(stride=(2, 1), padding=(1, 0), dilation=1, groups=2),
+])
+def test_conv2d(cfg):
+    x, w, b = gen(2, 4, 9, 11), gen(6, 4 // cfg["groups"], 3, 3, seed=1), gen(6, seed=2)
+    tol = {"atol": 1e-4, "rtol": 1e-4}
+    check(F.conv2d, x, w, b, **cfg, **tol)
+    check(F.conv2d, x, w, None, **cfg, **tol)
+    cpu, tpu = grads(lambda x, w, b: F.conv2d(x, w, b, **cfg), x, w, b)
+    for a, e in zip(tpu, cpu):
+        assert_close(a, e, **tol)
+
+
+def test_conv1d_pool_batchnorm():
+    tol = {"atol": 1e-4, "rtol": 1e-4}
+    check(F.conv1d, gen(2, 3, 17), gen(5, 3, 4, seed=1), gen(5, seed=2), stride=2, padding=1, **tol)
+    x = gen(2, 3, 9, 10)
+    check(F.max_pool2d, x, 3, 2, 1)
+    check(F.max_pool2d, x, 2, ceil_mode=True)
+    check(lambda t: F.max_pool2d(t, 3, 2, 1, return_indices=True), x)
+    cpu, tpu = grads(lambda t: F.max_pool2d(t, 3, 2, 1), x)
+    assert_close(tpu[0], cpu[0])
+    check(F.adaptive_avg_pool2d, x, 1)
+    rm, rv = gen(3, seed=3), gen(3, seed=4).abs() + 0.5
+    w, b = gen(3, seed=5), gen(3, seed=6)
+    check(F.batch_norm, x, rm, rv, w, b, training=False, **tol)
+    # training: outputs, gradients and the running-stat updates
+    rm_c, rv_c, rm_t, rv_t = rm.clone(), rv.clone(), rm.tpu(), rv.tpu()
+    yc = F.batch_norm(x, rm_c, rv_c, w, b, training=True, momentum=0.3)
+    yt = F.batch_norm(x.tpu(), rm_t, rv_t, w.tpu(), b.tpu(), training=True, momentum=0.3)
+    assert_close(yt, yc, **tol)
+    assert_close(rm_t, rm_c, **tol)
+    assert_close(rv_t, rv_c, **tol)
+    cpu, tpu = grads(lambda t, w, b: F.batch_norm(t, None, None, w, b, training=True), x, w, b)
+    for a, e in zip(tpu, cpu):
+        assert_close(a, e, **tol)
