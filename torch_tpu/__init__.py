@@ -102,4 +102,21 @@ if os.environ.get("TORCH_TPU_DEFER_AND_FUSE", "0") not in ("", "0"):
     import warnings
     warnings.warn("TORCH_TPU_DEFER_AND_FUSE=1: Fused Eager is not implemented yet; running Strict Eager")
 
+def _at_exit():
+    # PyTorch's autograd device thread for a chip other than 0 drops its last
+    # reference to a finished backward's GraphTask a moment after backward()
+    # returns; if the interpreter is already finalizing then, that thread
+    # aborts the process ("terminate called without an active exception", a
+    # race in torch's engine shutdown). Give it that moment.
+    try:
+        if torch.ops.torch_tpu.is_initialized() and torch.ops.torch_tpu.device_count() > 1:
+            import time
+            time.sleep(0.02)
+    except Exception:  # noqa: BLE001 - never fail at exit
+        pass
+
+
 _register()
+import atexit as _atexit  # noqa: E402
+
+_atexit.register(_at_exit)

@@ -235,6 +235,17 @@ static void test_async_error(void) {
     CHECK_OK(tpu_memcpy(h, d, sizeof h, TPU_COPY_D2H, NULL));
     CHECK(h[0] >= 5 && h[0] < 10);
     CHECK_OK(tpu_device_synchronize(0));
+    /* Launch blocking (Debug Eager): the failure is returned by the launch itself. */
+    tpu_set_launch_blocking(true);
+    p.i[3] = 5;
+    CHECK(tpu_launch(NULL, TPU_OP_RAND_INT, &t, 1, &p) == TPU_ERROR_KERNEL);
+    CHECK(strstr(tpu_last_error(), "random") != NULL);
+    CHECK_OK(tpu_stream_synchronize(tpu_stream_current(0)));   /* nothing left sticky */
+    p.i[3] = 10;
+    CHECK_OK(tpu_launch(NULL, TPU_OP_RAND_INT, &t, 1, &p));
+    CHECK_OK(tpu_memcpy(h, d, sizeof h, TPU_COPY_D2H, NULL));
+    CHECK(h[3] >= 5 && h[3] < 10);
+    tpu_set_launch_blocking(false);
     CHECK_OK(tpu_free(d));
 }
 

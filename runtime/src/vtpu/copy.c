@@ -121,6 +121,12 @@ static tpu_status do_copy(void *dst, const void *src, size_t bytes, tpu_copy_kin
     pinned *r = host_side ? find_pinned(host_side) : NULL;
     pthread_mutex_unlock(&pin_mu);
     pinned_host = r != NULL;
+    bool must_wait = !async || (host_side && !pinned_host) || tpu_get_launch_blocking();
+    if (must_wait) {
+        /* Idle stream: copy on this thread (no wake-up round trip), still in stream order. */
+        tpu_status cs;
+        if (tpu_stream_try_inline(stream, c, &cs)) return cs;
+    }
     s = tpu_stream_enqueue(stream, c, &seq);
     if (s) return s;
     if (r) {

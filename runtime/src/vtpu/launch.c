@@ -98,8 +98,12 @@ tpu_status tpu_launch(tpu_stream_t stream, tpu_op op, const tpu_tensor *operands
             "Expected all tensors to be on the same device, but found at least two devices, tpu:%d and tpu:%d!",
             dev, tpu_stream_device(stream));
     }
-    s = tpu_stream_enqueue(stream, c, NULL);
-    if (s) return s;
-    if (tpu_get_launch_blocking()) return tpu_stream_synchronize(stream);
-    return TPU_OK;
+    if (tpu_get_launch_blocking()) {
+        /* Debug Eager: run on this thread when the stream is idle (no wake-up round trip). */
+        tpu_status ks;
+        if (tpu_stream_try_inline(stream, c, &ks)) return ks;
+        s = tpu_stream_enqueue(stream, c, NULL);
+        return s ? s : tpu_stream_synchronize(stream);
+    }
+    return tpu_stream_enqueue(stream, c, NULL);
 }

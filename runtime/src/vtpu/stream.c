@@ -67,17 +67,23 @@ static void set_sticky(tpu_stream_t s, tpu_status st, const char *msg) {
     pthread_mutex_unlock(&s->mu);
 }
 
+/* Run a kernel; on failure format "tpu kernel 'op' failed: ..." into full. */
+static tpu_status run_kernel(tpu_cmd *c, char *full, size_t n) {
+    tpu_status st = tpu_kernel_run(&c->u.k);
+    if (st) {
+        char msg[400];
+        snprintf(msg, sizeof msg, "%s", c->u.k.err[0] ? c->u.k.err : tpu_status_name(st));
+        snprintf(full, n, "tpu kernel '%s' failed: %s", tpu_op_name(c->u.k.op), msg);
+        return TPU_ERROR_KERNEL;
+    }
+    return TPU_OK;
+}
+
 static void run_cmd(tpu_stream_t s, tpu_cmd *c) {
     switch (c->kind) {
     case TPU_CMD_KERNEL: {
-        tpu_status st = tpu_kernel_run(&c->u.k);
-        if (st) {
-            char msg[400];
-            snprintf(msg, sizeof msg, "%s", c->u.k.err[0] ? c->u.k.err : tpu_status_name(st));
-            char full[512];
-            snprintf(full, sizeof full, "tpu kernel '%s' failed: %s", tpu_op_name(c->u.k.op), msg);
-            set_sticky(s, TPU_ERROR_KERNEL, full);
-        }
+        char full[512];
+        if (run_kernel(c, full, sizeof full)) set_sticky(s, TPU_ERROR_KERNEL, full);
         break;
     }
     case TPU_CMD_COPY:
@@ -116,6 +122,8 @@ static void *worker_main(void *arg) {
         s->head = c->next;
         if (!s->head) s->tail = NULL;
         pthread_mutex_unlock(&s->mu);
+        /* A command run inline by a launching thread may still be finishing. */
+        while (atomic_load_explicit(&s->completed, memory_order_acquire) + 1 < c->seq) __builtin_ia32_pause();
 
         run_cmd(s, c);
         free(c);
@@ -251,6 +259,7 @@ tpu_status tpu_stream_enqueue(tpu_stream_t s, tpu_cmd *c, uint64_t *seq) {
     if (s->tail) s->tail->next = c; else s->head = c;
     s->tail = c;
     uint64_t n = ++s->enqueued;
+    c->seq = n;
     atomic_store_explicit(&s->enqueued_pub, n, memory_order_release);
     if (s->worker_sleeping) pthread_cond_signal(&s->cv_work);
     pthread_mutex_unlock(&s->mu);
@@ -258,8 +267,57 @@ tpu_status tpu_stream_enqueue(tpu_stream_t s, tpu_cmd *c, uint64_t *seq) {
     return TPU_OK;
 }
 
+bool tpu_stream_try_inline(tpu_stream_t s, tpu_cmd *c, tpu_status *st) {
+    if (c->kind != TPU_CMD_KERNEL && c->kind != TPU_CMD_COPY) return false;
+    pthread_mutex_lock(&s->mu);
+    if (s->head || atomic_load_explicit(&s->completed, memory_order_acquire) != s->enqueued || s->err) {
+        pthread_mutex_unlock(&s->mu);
+        return false;
+    }
+    uint64_t n = ++s->enqueued;
+    c->seq = n;
+    atomic_store_explicit(&s->enqueued_pub, n, memory_order_release);
+    pthread_mutex_unlock(&s->mu);
+    *st = TPU_OK;
+    char full[512];
+    if (c->kind == TPU_CMD_KERNEL) {
+        if (run_kernel(c, full, sizeof full)) *st = tpu_set_error(TPU_ERROR_KERNEL, "%s", full);
+    } else {
+        memcpy(c->u.copy.dst, c->u.copy.src, c->u.copy.bytes);
+    }
+    free(c);
+    atomic_fetch_add_explicit(&s->completed, 1, memory_order_release);
+    pthread_mutex_lock(&s->mu);
+    if (s->sleepers) pthread_cond_broadcast(&s->cv_done);
+    pthread_mutex_unlock(&s->mu);
+    return true;
+}
+
+/* While the worker sleeps (or has been signalled but not yet scheduled), a
+ * thread waiting for `seq` runs the queued commands itself: waking a thread
+ * costs far more than a small kernel. Order is kept: the worker waits for
+ * `completed` to reach a command's predecessor before running it. */
+static void help_until(tpu_stream_t s, uint64_t seq) {
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        tpu_cmd *c = s->head;
+        if (!c || c->seq > seq || !s->worker_sleeping) { pthread_mutex_unlock(&s->mu); return; }
+        s->head = c->next;
+        if (!s->head) s->tail = NULL;
+        pthread_mutex_unlock(&s->mu);
+        while (atomic_load_explicit(&s->completed, memory_order_acquire) + 1 < c->seq) __builtin_ia32_pause();
+        run_cmd(s, c);
+        free(c);
+        atomic_fetch_add_explicit(&s->completed, 1, memory_order_release);
+        pthread_mutex_lock(&s->mu);
+        if (s->sleepers) pthread_cond_broadcast(&s->cv_done);
+        pthread_mutex_unlock(&s->mu);
+    }
+}
+
 void tpu_stream_wait_seq(tpu_stream_t s, uint64_t seq) {
     if (!s) return;
+    if (atomic_load_explicit(&s->completed, memory_order_acquire) < seq) help_until(s, seq);
     for (int i = 0; i < SPIN_ITERS; i++) {
         if (atomic_load_explicit(&s->completed, memory_order_acquire) >= seq) return;
         __builtin_ia32_pause();

@@ -41,6 +41,7 @@ typedef enum tpu_cmd_kind { TPU_CMD_KERNEL, TPU_CMD_COPY, TPU_CMD_EVENT, TPU_CMD
 typedef struct tpu_cmd {
     tpu_cmd_kind kind;
     struct tpu_cmd *next;
+    uint64_t seq;                /* position in its stream, set when queued */
     union {
         tpu_kargs k;
         struct { void *dst; const void *src; size_t bytes; } copy;
@@ -53,6 +54,11 @@ typedef struct tpu_cmd {
 tpu_cmd *tpu_cmd_new(tpu_cmd_kind kind);
 /* Queue a command (takes ownership); returns its sequence number in *seq. */
 tpu_status tpu_stream_enqueue(tpu_stream_t s, tpu_cmd *c, uint64_t *seq);
+/* Run `c` (a kernel or copy) on the calling thread if `s` has nothing queued
+ * or running, keeping stream order; frees c. Returns false (c untouched) if
+ * the stream is busy. A failing kernel's error is returned in *st (and set as
+ * the last error), not made sticky. */
+bool tpu_stream_try_inline(tpu_stream_t s, tpu_cmd *c, tpu_status *st);
 uint64_t tpu_stream_completed(tpu_stream_t s);   /* acquire */
 uint64_t tpu_stream_enqueued(tpu_stream_t s);
 /* Create a chip's default stream (device.c calls this once). */
