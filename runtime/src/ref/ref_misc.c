@@ -51,7 +51,8 @@ tpu_status tpu_ref_random(tpu_kargs *a) {
     for (int64_t i = 0; i < n; i++) {
         int64_t rem = i;
         for (int d = o->ndim - 1; d >= 0; d--) { idx[d] = rem % o->sizes[d]; rem /= o->sizes[d]; }
-        tpu_random_store(a, i, idx);
+        tpu_rand_cache fresh = { 0 };          /* no reuse: one block per element */
+        tpu_random_store(a, i, idx, &fresh);
     }
     return TPU_OK;
 }
