@@ -117,30 +117,44 @@ static inline double ld4(const tpu_tensor *t, int64_t n, int64_t c, int64_t h, i
 
 typedef struct im_job { const tpu_kargs *a; win w; } im_job;
 
-/* One (n, c) plane per item: fast fp32 path for the common case. */
+/* One (n, c) plane per item. fp32 with dense column rows: for each output
+ * row the in-bounds run of ow is computed once, so the inner loop is a plain
+ * strided copy with no bounds tests (a straight copy when stride is 1). */
 static void im2col_planes(void *ctx, int64_t b, int64_t e) {
     const im_job *j = ctx;
     const win *w = &j->w;
     const tpu_tensor *o = &j->a->t[0], *x = &j->a->t[1];
-    bool f32 = o->dtype == TPU_F32 && x->dtype == TPU_F32 && o->strides[2] == 1;
+    bool f32 = o->dtype == TPU_F32 && x->dtype == TPU_F32 && o->strides[2] == 1 && x->strides[3] == 1;
     for (int64_t nc = b; nc < e; nc++) {
         int64_t n = nc / w->C, c = nc % w->C;
         for (int ki = 0; ki < w->kh; ki++)
             for (int kj = 0; kj < w->kw; kj++) {
                 int64_t row = (c * w->kh + ki) * w->kw + kj;
                 int64_t obase = n * o->strides[0] + row * o->strides[1];
+                /* ow with 0 <= ow*sw - pw + kj*dw < W */
+                int64_t shift = kj * w->dw - w->pw;
+                int64_t lo = shift >= 0 ? 0 : (-shift + w->sw - 1) / w->sw;
+                int64_t hi = w->W - shift <= 0 ? 0 : (w->W - shift + w->sw - 1) / w->sw;
+                if (hi > w->OW) hi = w->OW;
+                if (lo > hi) lo = hi;
                 for (int64_t oh = 0; oh < w->OH; oh++) {
                     int64_t h = oh * w->sh - w->ph + ki * w->dh;
+                    bool hin = h >= 0 && h < w->H;
+                    if (f32) {
+                        float *dst = (float *)o->base + o->offset + obase + oh * w->OW;
+                        if (!hin) { memset(dst, 0, (size_t)w->OW * sizeof(float)); continue; }
+                        const float *src = (const float *)x->base + x->offset + n * x->strides[0] + c * x->strides[1] + h * x->strides[2] + shift;
+                        for (int64_t ow = 0; ow < lo; ow++) dst[ow] = 0.0f;
+                        if (w->sw == 1) memcpy(dst + lo, src + lo, (size_t)(hi - lo) * sizeof(float));
+                        else for (int64_t ow = lo; ow < hi; ow++) dst[ow] = src[ow * w->sw];
+                        for (int64_t ow = hi; ow < w->OW; ow++) dst[ow] = 0.0f;
+                        continue;
+                    }
                     for (int64_t ow = 0; ow < w->OW; ow++) {
-                        int64_t ww = ow * w->sw - w->pw + kj * w->dw;
-                        bool in = h >= 0 && h < w->H && ww >= 0 && ww < w->W;
-                        int64_t ooff = obase + (oh * w->OW + ow) * o->strides[2];
-                        if (f32) {
-                            ((float *)o->base)[o->offset + ooff] = in ?
-                                ((const float *)x->base)[x->offset + n * x->strides[0] + c * x->strides[1] + h * x->strides[2] + ww * x->strides[3]] : 0.0f;
-                        } else {
-                            tpu_store_f64(tpu_elem_ptr(o, ooff), (tpu_dtype)o->dtype, in ? ld4(x, n, c, h, ww) : 0.0);
-                        }
+                        int64_t ww = ow * w->sw + shift;
+                        bool in = hin && ww >= 0 && ww < w->W;
+                        tpu_store_f64(tpu_elem_ptr(o, obase + (oh * w->OW + ow) * o->strides[2]), (tpu_dtype)o->dtype,
+                                      in ? ld4(x, n, c, h, ww) : 0.0);
                     }
                 }
             }
