@@ -64,5 +64,9 @@ test: ctest ctest-tsan pytest
 run: build
 	$(PY) examples/train_mlp.py
 
+# Side-by-side benchmarks (PyTorch CPU eager, Inductor, tpu modes); rewrites the README table.
+bench: build
+	$(PY) -m torch_tpu.bench --update-readme $(BENCH_ARGS)
+
 clean:
 	rm -rf build torch_tpu/_C*.so

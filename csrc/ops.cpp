@@ -1464,6 +1464,43 @@ static std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm_backward
   return {gx, gw, gb};
 }
 
+// masked_select: count on the device, read the count (a sync, as on any
+// accelerator: the output size depends on the data), then compact.
+static at::Tensor masked_select(const at::Tensor& self, const at::Tensor& mask) {
+  TORCH_CHECK(mask.scalar_type() == kBool, "masked_select: expected BoolTensor for mask");
+  auto shape = at::infer_size(self.sizes(), mask.sizes());
+  at::Tensor x = self.expand(shape), m = mask.expand(shape);
+  std::vector<int64_t> all(shape.size());
+  for (size_t i = 0; i < all.size(); i++) all[i] = static_cast<int64_t>(i);
+  int64_t n = shape.empty() ? m.to(kLong).item<int64_t>() : m.sum(all, false, kLong).item<int64_t>();
+  at::Tensor out = at::empty({n}, self.options());
+  if (n == 0) return out;
+  tpu_tensor ts[3] = {desc(out), desc1d(x), desc1d(m)};
+  submit(TPU_OP_MASKED_SELECT, ts, 3, {});
+  return out;
+}
+
+// mse_loss from native ops: (x - y)^2, reduced.
+static at::Tensor& mse_loss_out(const at::Tensor& x, const at::Tensor& y, int64_t reduction, at::Tensor& out) {
+  at::Tensor d = x.sub(y);
+  at::Tensor sq = d.mul(d);
+  if (reduction == 0) { at::native::resize_output(out, sq.sizes()); out.copy_(sq); return out; }
+  at::native::resize_output(out, {});
+  return reduce(reduction == 1 ? TPU_OP_MEAN : TPU_OP_SUM, sq, std::nullopt, false, out);
+}
+static at::Tensor& mse_loss_backward_out(const at::Tensor& g, const at::Tensor& x, const at::Tensor& y, int64_t reduction,
+                                         at::Tensor& gi) {
+  double scale = reduction == 1 ? 2.0 / double(std::max<int64_t>(x.numel(), 1)) : 2.0;
+  at::Tensor r = x.sub(y).mul(g).mul(scale);
+  at::native::resize_output(gi, r.sizes());
+  gi.copy_(r);
+  return gi;
+}
+static at::Tensor mse_loss_backward(const at::Tensor& g, const at::Tensor& x, const at::Tensor& y, int64_t reduction) {
+  auto gi = at::empty({0}, x.options());
+  return mse_loss_backward_out(g, x, y, reduction, gi);
+}
+
 // ---------------------------------------------------------------- cat
 static at::Tensor& cat_out(const at::ITensorListRef& tensors, int64_t dim, at::Tensor& out) {
   auto mat = tensors.materialize();
@@ -1576,6 +1613,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("linspace.out", TORCH_FN(linspace_out));
   m.impl("record_stream", TORCH_FN(record_stream));
   m.impl("isnan", TORCH_FN(isnan));
+  m.impl("masked_select", TORCH_FN(masked_select));
+  m.impl("mse_loss.out", TORCH_FN(mse_loss_out));
+  m.impl("mse_loss_backward", TORCH_FN(mse_loss_backward));
+  m.impl("mse_loss_backward.grad_input", TORCH_FN(mse_loss_backward_out));
   m.impl("isposinf.out", TORCH_FN(isposinf_out)); m.impl("isneginf.out", TORCH_FN(isneginf_out));
   m.impl("tril.out", TORCH_FN(tril_out)); m.impl("triu.out", TORCH_FN(triu_out));
   m.impl("hardtanh", TORCH_FN(hardtanh)); m.impl("hardtanh.out", TORCH_FN(hardtanh_out));

@@ -13,110 +13,42 @@ Eager modes (see ``set_eager_mode``):
   * "fused"  - Fused Eager (DeferAndFuse) is NOT implemented yet; asking for it
                raises NotImplementedError.
 """
-import contextlib
-import glob
-import os
-
-import torch
-
-__all__ = ["set_eager_mode", "get_eager_mode", "eager_mode", "fallback_counts", "reset_fallback_counts",
-           "set_cpu_fallback_enabled", "cpu_fallback_enabled"]
-
-_loaded = False
-_MODES = {"debug": 0, "strict": 1}
-
-
-def _load_library():
-    here = os.path.dirname(os.path.abspath(__file__))
-    libs = sorted(glob.glob(os.path.join(here, "_C*.so")))
-    if not libs:
-        raise ImportError("torch_tpu: the extension torch_tpu/_C*.so is not built; run `make build`")
-    torch.ops.load_library(libs[0])
-
-
-def _register():
-    global _loaded
-    if _loaded:
-        return
-    _load_library()
-    torch.utils.rename_privateuse1_backend("tpu")
-    from . import tpu as _tpu_module
-    torch._register_device_module("tpu", _tpu_module)
-    torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_packed_sequence=True,
-                                                        for_storage=True)
-    _loaded = True
+# torch loads this package from its own import (torch.backends entry point):
+# `_autoload` must exist before `import torch` below, because importing
+# torch_tpu first imports torch, which calls back into this half-initialized
+# module. The real work lives in torch_tpu._core.
 
 
 def _autoload():
     """Entry point called by ``import torch`` (torch.backends group)."""
-    _register()
+    from . import _core
+    _core._register()
 
 
-def set_eager_mode(mode: str) -> None:
-    """Select the eager mode for ops issued from now on: "debug" or "strict"."""
-    if mode in ("fused", "defer_and_fuse"):
-        raise NotImplementedError("Fused Eager (DeferAndFuse) is not implemented yet in torch_tpu")
-    if mode not in _MODES:
-        raise ValueError(f"unknown eager mode {mode!r}; expected one of {sorted(_MODES)}")
-    if mode == "strict":
-        torch.tpu.synchronize()   # errors of earlier debug-mode work surface here, not later
-    torch.ops.torch_tpu.set_eager_mode(_MODES[mode])
+import torch  # noqa: E402
 
+from ._core import (  # noqa: E402
+    cpu_fallback_enabled,
+    eager_mode,
+    fallback_counts,
+    get_eager_mode,
+    reset_fallback_counts,
+    set_cpu_fallback_enabled,
+    set_eager_mode,
+)
 
-def get_eager_mode() -> str:
-    m = torch.ops.torch_tpu.get_eager_mode()
-    return {v: k for k, v in _MODES.items()}[m]
+__all__ = ["set_eager_mode", "get_eager_mode", "eager_mode", "fallback_counts", "reset_fallback_counts",
+           "set_cpu_fallback_enabled", "cpu_fallback_enabled"]
 
+_autoload()
 
-@contextlib.contextmanager
-def eager_mode(mode: str):
-    """Scoped eager mode: ``with torch_tpu.eager_mode("debug"): ...``."""
-    prev = get_eager_mode()
-    set_eager_mode(mode)
-    try:
-        yield
-    finally:
-        set_eager_mode(prev)
-
-
-def fallback_counts() -> dict:
-    """Number of calls per op that ran on the CPU because tpu has no kernel for it."""
-    names, counts = torch.ops.torch_tpu.fallback_counts()
-    return dict(zip(names, counts))
-
-
-def reset_fallback_counts() -> None:
-    torch.ops.torch_tpu.reset_fallback_counts()
-
-
-def set_cpu_fallback_enabled(on: bool) -> None:
-    """Off: ops without a tpu kernel raise NotImplementedError (also TORCH_TPU_CPU_FALLBACK=0)."""
-    torch.ops.torch_tpu.set_fallback_enabled(bool(on))
-
-
-def cpu_fallback_enabled() -> bool:
-    return torch.ops.torch_tpu.fallback_enabled()
-
-
-if os.environ.get("TORCH_TPU_DEFER_AND_FUSE", "0") not in ("", "0"):
-    import warnings
-    warnings.warn("TORCH_TPU_DEFER_AND_FUSE=1: Fused Eager is not implemented yet; running Strict Eager")
-
-def _at_exit():
-    # PyTorch's autograd device thread for a chip other than 0 drops its last
-    # reference to a finished backward's GraphTask a moment after backward()
-    # returns; if the interpreter is already finalizing then, that thread
-    # aborts the process ("terminate called without an active exception", a
-    # race in torch's engine shutdown). Give it that moment.
-    try:
-        if torch.ops.torch_tpu.is_initialized() and torch.ops.torch_tpu.device_count() > 1:
-            import time
-            time.sleep(0.02)
-    except Exception:  # noqa: BLE001 - never fail at exit
-        pass
-
-
-_register()
 import atexit as _atexit  # noqa: E402
+import os as _os  # noqa: E402
+
+from ._core import _at_exit  # noqa: E402
 
 _atexit.register(_at_exit)
+
+if _os.environ.get("TORCH_TPU_DEFER_AND_FUSE", "0") not in ("", "0"):
+    import warnings as _warnings
+    _warnings.warn("TORCH_TPU_DEFER_AND_FUSE=1: Fused Eager is not implemented yet; running Strict Eager")

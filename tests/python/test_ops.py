@@ -301,6 +301,20 @@ def test_indexing():
     assert_close(tpu[0], cpu[0])
 
 
+def test_masked_select_and_mse():
+    x = gen(4, 7)
+    check(torch.masked_select, x, x > 0.5)
+    check(torch.masked_select, x, (gen(7) > 0))            # broadcast mask
+    check(torch.masked_select, x, torch.zeros(4, 7, dtype=torch.bool))
+    check(F.mse_loss, x, gen(4, 7, seed=3))
+    check(F.mse_loss, x, gen(4, 7, seed=3), reduction="sum")
+    check(F.mse_loss, x, gen(4, 7, seed=3), reduction="none")
+    cpu, tpu = grads(lambda a, b: F.mse_loss(a, b), x, gen(4, 7, seed=3))
+    for a, e in zip(tpu, cpu):
+        assert_close(a, e)
+    assert "tensor(" in repr(x.tpu())                      # printing runs natively
+
+
 def test_triangular_and_inf_tests():
     x = gen(3, 5, 6)
     for d in (-2, 0, 1, 4):

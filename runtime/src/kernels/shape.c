@@ -273,7 +273,35 @@ static tpu_status run_window(tpu_kargs *a, bool parallel) {
     return TPU_OK;
 }
 
+/* masked_select: a serial scan (the output position of an element depends on
+ * every mask value before it). The output must hold exactly the selected count. */
+static tpu_status masked_select(tpu_kargs *a) {
+    const tpu_tensor *o = &a->t[0], *x = &a->t[1], *m = &a->t[2];
+    if (o->ndim != 1 || x->ndim != m->ndim || x->dtype != o->dtype)
+        return tpu_kernel_fail(a, "masked_select: bad operands");
+    for (int d = 0; d < x->ndim; d++)
+        if (x->sizes[d] != m->sizes[d]) return tpu_kernel_fail(a, "masked_select: mask and input sizes differ");
+    int64_t n = tpu_tensor_numel(x), idx[TPU_MAX_DIMS] = { 0 }, k = 0;
+    size_t es = tpu_dtype_size((tpu_dtype)x->dtype);
+    for (int64_t e = 0; e < n; e++) {
+        int64_t xo = 0, mo = 0;
+        for (int d = 0; d < x->ndim; d++) { xo += idx[d] * x->strides[d]; mo += idx[d] * m->strides[d]; }
+        if (tpu_load_i64(tpu_elem_ptr(m, mo), (tpu_dtype)m->dtype)) {
+            if (k >= o->sizes[0]) return tpu_kernel_fail(a, "masked_select: more selected elements than the output holds");
+            memcpy(tpu_elem_ptr(o, k * o->strides[0]), tpu_elem_ptr(x, xo), es);
+            k++;
+        }
+        for (int d = x->ndim - 1; d >= 0; d--) {
+            if (++idx[d] < x->sizes[d]) break;
+            idx[d] = 0;
+        }
+    }
+    if (k != o->sizes[0]) return tpu_kernel_fail(a, "masked_select: mask changed between counting and selecting");
+    return TPU_OK;
+}
+
 tpu_status tpu_k_shape(tpu_kargs *a) {
+    if (a->op == TPU_OP_MASKED_SELECT) return masked_select(a);
     if (a->op == TPU_OP_TRIL || a->op == TPU_OP_TRIU) return tri_fast(a);
     return run_window(a, true);
 }
@@ -281,6 +309,7 @@ tpu_status tpu_k_shape(tpu_kargs *a) {
 /* The window kernels are already written element by element; their reference
  * is the same code run serially (the parallel split is what the fast path adds). */
 tpu_status tpu_ref_shape(tpu_kargs *a) {
+    if (a->op == TPU_OP_MASKED_SELECT) return masked_select(a);   /* already the naive scan */
     if (a->op == TPU_OP_TRIL || a->op == TPU_OP_TRIU) return tri_ref(a);
     return run_window(a, false);
 }
