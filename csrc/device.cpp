@@ -76,11 +76,8 @@ constexpr int kPoolSize = 4;
 
 tpu_stream_t current_stream(c10::DeviceIndex dev) {
   tpu_stream_t s = tpu_stream_current(dev < 0 ? tpu_device_current() : dev);
-  if (!s) {
-    tpu_device_props p;
-    TPU_CHECK(tpu_device_get_props(dev, &p));
-    TORCH_CHECK(false, "tpu: no stream for device ", int(dev));
-  }
+  if (!s) TPU_CHECK(tpu_device_set(dev));   // an invalid index: raise the runtime's message
+  TORCH_CHECK(s, "tpu: no stream for device ", int(dev));
   return s;
 }
 
@@ -160,6 +157,14 @@ TPUHostAllocator g_host_allocator;
 } // namespace
 
 c10::Allocator* device_allocator() { return &g_allocator; }
+
+void resize_storage_bytes(c10::StorageImpl* st, size_t nbytes) {
+  c10::DataPtr nd = g_allocator.allocate(nbytes);
+  size_t keep = std::min(nbytes, st->nbytes());
+  if (keep && st->data()) TPU_CHECK(tpu_memcpy(nd.get(), st->data(), keep, TPU_COPY_D2D, nullptr));
+  st->set_data_ptr_noswap(std::move(nd));
+  st->set_nbytes(nbytes);
+}
 void device_allocator_record(const c10::DataPtr& p, c10::Stream s) { g_allocator.recordStream(p, s); }
 c10::Allocator* host_allocator() { return &g_host_allocator; }
 
@@ -341,12 +346,7 @@ struct TPUHooks final : public at::PrivateUse1HooksInterface {
   }
   c10::DeviceIndex maybeExchangeDevice(c10::DeviceIndex d) const override { return exchangeDevice(d); }
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
-    auto* impl = storage.unsafeGetStorageImpl();
-    c10::DataPtr nd = g_allocator.allocate(newsize);
-    size_t keep = std::min(newsize, storage.nbytes());
-    if (keep) TPU_CHECK(tpu_memcpy(nd.get(), storage.data(), keep, TPU_COPY_D2D, nullptr));
-    impl->set_data_ptr_noswap(std::move(nd));
-    impl->set_nbytes(newsize);
+    resize_storage_bytes(storage.unsafeGetStorageImpl(), newsize);
   }
 };
 

@@ -111,24 +111,14 @@ static tpu_tensor operand(const at::Tensor& t, const at::Tensor& out, c10::Scala
 }
 
 // ---------------------------------------------------------------- dispatch point
-static std::atomic<int> g_mode{-1};
+// The eager mode is the runtime's launch-blocking flag (TORCH_TPU_LAUNCH_BLOCKING
+// sets it at start-up): one piece of state, no copy here.
+EagerMode eager_mode() { return tpu_get_launch_blocking() ? EagerMode::Debug : EagerMode::Strict; }
 
-EagerMode eager_mode() {
-  int m = g_mode.load(std::memory_order_relaxed);
-  if (m < 0) {
-    m = tpu_get_launch_blocking() ? int(EagerMode::Debug) : int(EagerMode::Strict);
-    g_mode.store(m, std::memory_order_relaxed);
-  }
-  return static_cast<EagerMode>(m);
-}
-
-void set_eager_mode(EagerMode m) {
-  g_mode.store(int(m), std::memory_order_relaxed);
-  tpu_set_launch_blocking(m == EagerMode::Debug);
-}
+void set_eager_mode(EagerMode m) { tpu_set_launch_blocking(m == EagerMode::Debug); }
 
 void submit(tpu_op op, const tpu_tensor* operands, int n, const tpu_params& p) {
-  (void)eager_mode();  // Debug Eager: the runtime runs the launch synchronously (launch blocking)
+  // Debug Eager: the runtime runs the launch synchronously (launch blocking).
   tpu_status s = tpu_launch(nullptr, op, operands, n, &p);
   if (C10_UNLIKELY(s != TPU_OK)) throw_status(s, tpu_op_name(op));
 }
@@ -653,11 +643,7 @@ static void resize_storage(const at::Tensor& self, size_t nbytes) {
   if (nbytes <= st->nbytes()) return;
   TORCH_CHECK(st->resizable(), "Trying to resize storage that is not resizable");
   c10::DeviceGuard g(self.device());
-  c10::DataPtr nd = device_allocator()->allocate(nbytes);
-  if (st->nbytes() > 0 && st->data())
-    TPU_CHECK(tpu_memcpy(nd.get(), st->data(), st->nbytes(), TPU_COPY_D2D, nullptr));
-  st->set_data_ptr_noswap(std::move(nd));
-  st->set_nbytes(nbytes);
+  resize_storage_bytes(st, nbytes);
 }
 
 static const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size, std::optional<c10::MemoryFormat> mf) {

@@ -38,6 +38,9 @@ void submit(tpu_op op, const tpu_tensor* operands, int n, const tpu_params& p);
 tpu_stream_t current_stream(c10::DeviceIndex dev);
 
 c10::Allocator* device_allocator();
+// Give a tpu storage a new allocation of `nbytes` on the current device,
+// keeping its first min(old, new) bytes.
+void resize_storage_bytes(c10::StorageImpl* st, size_t nbytes);
 c10::Allocator* host_allocator();
 
 // Eager modes (Debug / Strict).

@@ -102,6 +102,14 @@ static void run_cmd(tpu_stream_t s, tpu_cmd *c) {
     }
 }
 
+/* One more command of `s` has run: publish it and wake synchronizing threads. */
+static void mark_done(tpu_stream_t s) {
+    atomic_fetch_add_explicit(&s->completed, 1, memory_order_release);
+    pthread_mutex_lock(&s->mu);
+    if (s->sleepers) pthread_cond_broadcast(&s->cv_done);
+    pthread_mutex_unlock(&s->mu);
+}
+
 static void *worker_main(void *arg) {
     tpu_stream_t s = arg;
     for (;;) {
@@ -128,10 +136,7 @@ static void *worker_main(void *arg) {
         run_cmd(s, c);
         free(c);
 
-        atomic_fetch_add_explicit(&s->completed, 1, memory_order_release);
-        pthread_mutex_lock(&s->mu);
-        if (s->sleepers) pthread_cond_broadcast(&s->cv_done);
-        pthread_mutex_unlock(&s->mu);
+        mark_done(s);
     }
     return NULL;
 }
@@ -286,10 +291,7 @@ bool tpu_stream_try_inline(tpu_stream_t s, tpu_cmd *c, tpu_status *st) {
         memcpy(c->u.copy.dst, c->u.copy.src, c->u.copy.bytes);
     }
     free(c);
-    atomic_fetch_add_explicit(&s->completed, 1, memory_order_release);
-    pthread_mutex_lock(&s->mu);
-    if (s->sleepers) pthread_cond_broadcast(&s->cv_done);
-    pthread_mutex_unlock(&s->mu);
+    mark_done(s);
     return true;
 }
 
@@ -308,10 +310,7 @@ static void help_until(tpu_stream_t s, uint64_t seq) {
         while (atomic_load_explicit(&s->completed, memory_order_acquire) + 1 < c->seq) __builtin_ia32_pause();
         run_cmd(s, c);
         free(c);
-        atomic_fetch_add_explicit(&s->completed, 1, memory_order_release);
-        pthread_mutex_lock(&s->mu);
-        if (s->sleepers) pthread_cond_broadcast(&s->cv_done);
-        pthread_mutex_unlock(&s->mu);
+        mark_done(s);
     }
 }
 
