@@ -11,7 +11,7 @@ SAN     := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-om
 TSAN    := -O1 -g -fsanitize=thread
 C_TESTS := $(patsubst tests/c/%.c,%,$(wildcard tests/c/test_*.c))
 
-.PHONY: all setup build runtime ctest ctest-tsan pytest test run bench clean
+.PHONY: all setup build runtime ctest-bins ctest ctest-tsan pytest test run bench fuzz clean
 
 all: build
 
@@ -38,16 +38,28 @@ runtime: build/libtpurt.a
 # ---- the C++ glue: torch_tpu/_C.so ----
 CCACHE_PATH := $(if $(wildcard /usr/lib/ccache),/usr/lib/ccache:,)
 build: setup build/libtpurt.a
-	PATH="$(CCACHE_PATH)$$PATH" $(PY) setup.py -q build_ext --inplace
+	PATH="$(CCACHE_PATH)$$PATH" TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PY) setup.py -q build_ext --inplace
 
 # ---- C tests: ASan+UBSan for all, TSan for streams and allocator ----
-build/ctest/%: tests/c/%.c $(RT_SRC) $(RT_HDR) tests/c/test.h
-	@mkdir -p build/ctest
-	$(CCACHE) $(CC) $(CFLAGS_RT) $(SAN) $< $(RT_SRC) -lm -o $@
+# The runtime is compiled once per sanitizer (objects shared by every test).
+SAN_OBJ  := $(patsubst runtime/src/%.c,build/san/%.o,$(RT_SRC))
+TSAN_OBJ := $(patsubst runtime/src/%.c,build/tsan/%.o,$(RT_SRC))
+build/san/%.o: runtime/src/%.c $(RT_HDR)
+	@mkdir -p $(dir $@)
+	$(CCACHE) $(CC) $(CFLAGS_RT) $(SAN) -c $< -o $@
+build/tsan/%.o: runtime/src/%.c $(RT_HDR)
+	@mkdir -p $(dir $@)
+	$(CCACHE) $(CC) $(CFLAGS_RT) $(TSAN) -c $< -o $@
 
-build/ctest-tsan/%: tests/c/%.c $(RT_SRC) $(RT_HDR) tests/c/test.h
+build/ctest/%: tests/c/%.c $(SAN_OBJ) $(RT_HDR) tests/c/test.h
+	@mkdir -p build/ctest
+	$(CCACHE) $(CC) $(CFLAGS_RT) $(SAN) $< $(SAN_OBJ) -lm -o $@
+
+build/ctest-tsan/%: tests/c/%.c $(TSAN_OBJ) $(RT_HDR) tests/c/test.h
 	@mkdir -p build/ctest-tsan
-	$(CCACHE) $(CC) $(CFLAGS_RT) $(TSAN) $< $(RT_SRC) -lm -o $@
+	$(CCACHE) $(CC) $(CFLAGS_RT) $(TSAN) $< $(TSAN_OBJ) -lm -o $@
+
+ctest-bins: $(addprefix build/ctest/,$(C_TESTS)) build/ctest-tsan/test_runtime
 
 ctest: $(addprefix build/ctest/,$(C_TESTS))
 	@tests/c/run_all.sh $(addprefix build/ctest/,$(C_TESTS))
@@ -56,10 +68,18 @@ ctest: $(addprefix build/ctest/,$(C_TESTS))
 ctest-tsan: build/ctest-tsan/test_runtime
 	@TSAN_OPTIONS=halt_on_error=1 tests/c/run_all.sh build/ctest-tsan/test_runtime
 
+# The view/storage fuzzer's long run (a few hundred cases run inside `make test`).
+FUZZ_CASES ?= 200000
+fuzz: build/ctest/test_bounds
+	TPU_FUZZ_CASES=$(FUZZ_CASES) build/ctest/test_bounds
+
 pytest: build
 	$(PY) -m pytest -q tests/python
 
-test: ctest ctest-tsan pytest
+# Compile everything two jobs at a time, then run the suites one after another.
+test:
+	$(MAKE) -j2 ctest-bins build
+	$(MAKE) ctest ctest-tsan pytest
 
 run: build
 	$(PY) examples/train_mlp.py

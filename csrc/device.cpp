@@ -14,6 +14,9 @@
 #include <c10/core/impl/alloc_cpu.h>
 #include <torch/library.h>
 
+#include <pybind11/pybind11.h>
+#include <pthread.h>
+
 #include <array>
 #include <atomic>
 #include <map>
@@ -22,7 +25,68 @@
 
 namespace at::tpu {
 
+// ---------------------------------------------------------------- interrupts
+// The runtime's host waits sleep in slices and ask this check between them.
+// On the Python main thread it runs the signal handlers (with the GIL); when
+// one raises (SIGINT -> KeyboardInterrupt), the exception is kept here until
+// the runtime's TPU_ERROR_INTERRUPTED reaches throw_status, which re-raises it.
+namespace {
+
+std::atomic<unsigned long> g_main_thread{0};
+
+struct PendingPyErr {
+  PyObject* type = nullptr;
+  PyObject* value = nullptr;
+  PyObject* tb = nullptr;
+};
+thread_local PendingPyErr g_pending;
+
+bool python_finalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing();
+#else
+  return _Py_IsFinalizing();
+#endif
+}
+
+bool python_interrupt_check() {
+  if (pthread_self() != g_main_thread.load(std::memory_order_relaxed)) return false;
+  if (!Py_IsInitialized() || python_finalizing()) return false;
+  bool held = PyGILState_Check();
+  PyGILState_STATE st{};
+  if (!held) st = PyGILState_Ensure();
+  bool hit = PyErr_CheckSignals() < 0;
+  if (hit) {
+    Py_XDECREF(g_pending.type);
+    Py_XDECREF(g_pending.value);
+    Py_XDECREF(g_pending.tb);
+    PyErr_Fetch(&g_pending.type, &g_pending.value, &g_pending.tb);
+  }
+  if (!held) PyGILState_Release(st);
+  return hit;
+}
+
+// Raise what the signal handler raised (KeyboardInterrupt if nothing is kept:
+// the wait was interrupted through the C API directly).
+[[noreturn]] void throw_interrupted() {
+  tpu_interrupt_clear();
+  TORCH_CHECK(Py_IsInitialized(), tpu_last_error());
+  PyGILState_STATE st = PyGILState_Ensure();
+  if (g_pending.type) {
+    PyErr_Restore(g_pending.type, g_pending.value, g_pending.tb);
+    g_pending = {};
+  } else {
+    PyErr_SetNone(PyExc_KeyboardInterrupt);
+  }
+  pybind11::error_already_set err;
+  PyGILState_Release(st);
+  throw err;
+}
+
+} // namespace
+
 [[noreturn]] void throw_status(tpu_status s, const char* what) {
+  if (s == TPU_ERROR_INTERRUPTED) throw_interrupted();
   std::string msg = tpu_last_error();
   if (s == TPU_ERROR_OUT_OF_MEMORY) {
     TORCH_CHECK_WITH(OutOfMemoryError, false, msg);
@@ -30,38 +94,28 @@ namespace at::tpu {
   if (s == TPU_ERROR_NOT_SUPPORTED) {
     TORCH_CHECK_NOT_IMPLEMENTED(false, msg);
   }
-  if (s == TPU_ERROR_INVALID_VALUE || s == TPU_ERROR_OVERFLOW) {
-    TORCH_CHECK_VALUE(false, msg);
-  }
+  // Everything else is RuntimeError, as PyTorch raises for bad views, device
+  // mismatches and out-of-bounds storage ("Expected all tensors to be on the
+  // same device", "setStorage: ... out of bounds").
   TORCH_CHECK(false, msg);
 }
 
 // ---------------------------------------------------------------- streams
+// A c10::Stream's id is the runtime's queue id (0 default, 1..64 the pool):
+// streams are stateless handles, as CUDA's are, so none is ever leaked.
 namespace {
-
-std::mutex g_stream_mu;
-std::map<std::pair<int, int64_t>, tpu_stream_t>& stream_table() {
-  static std::map<std::pair<int, int64_t>, tpu_stream_t> t;
-  return t;
-}
 
 tpu_stream_t lookup_stream(const c10::Stream& s) {
   int dev = s.device_index() < 0 ? tpu_device_current() : s.device_index();
-  if (s.id() == 0) return tpu_stream_default(dev);
-  std::lock_guard<std::mutex> g(g_stream_mu);
-  auto it = stream_table().find({dev, s.id()});
-  TORCH_CHECK(it != stream_table().end(), "unknown tpu stream id ", s.id(), " on device ", dev);
-  return it->second;
+  tpu_stream_t st = tpu_stream_from_id(dev, s.id());
+  if (!st) TPU_CHECK(tpu_device_set(dev));   // an invalid index or configuration: the runtime's message
+  TORCH_CHECK(st, "unknown tpu stream id ", s.id(), " on device ", dev);
+  return st;
 }
 
 c10::Stream wrap_stream(tpu_stream_t s) {
-  int dev = tpu_stream_device(s);
-  int64_t id = tpu_stream_id(s);
-  if (id != 0) {
-    std::lock_guard<std::mutex> g(g_stream_mu);
-    stream_table()[{dev, id}] = s;
-  }
-  return c10::Stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, dev), id);
+  return c10::Stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, tpu_stream_device(s)),
+                     tpu_stream_id(s));
 }
 
 tpu_stream_t new_stream(int dev, int priority) {
@@ -69,8 +123,6 @@ tpu_stream_t new_stream(int dev, int priority) {
   TPU_CHECK(tpu_stream_create(dev, priority, &s));
   return s;
 }
-
-constexpr int kPoolSize = 4;
 
 } // namespace
 
@@ -264,14 +316,7 @@ struct TPUGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
   c10::Stream getStreamFromGlobalPool(c10::Device d, bool high) const override {
     int dev = d.index() < 0 ? tpu_device_current() : d.index();
-    static std::mutex mu;
-    static std::map<int, std::vector<tpu_stream_t>> pools;
-    static std::map<int, int> next;
-    std::lock_guard<std::mutex> g(mu);
-    auto& pool = pools[dev];
-    if (pool.empty())
-      for (int i = 0; i < kPoolSize; i++) pool.push_back(new_stream(dev, 0));
-    return wrap_stream(pool[next[dev]++ % kPoolSize]);
+    return wrap_stream(new_stream(dev, high ? -1 : 0));
   }
   c10::Stream getNewStream(c10::Device d, int priority) const override {
     int dev = d.index() < 0 ? tpu_device_current() : d.index();
@@ -358,7 +403,21 @@ bool register_all() {
 const bool g_registered = register_all();
 
 // ---------------------------------------------------------------- op library for Python
-int64_t py_device_count() { return tpu_device_count(); }
+int64_t py_device_count() {
+  TPU_CHECK(tpu_init());   // a bad environment raises here, not as "0 devices"
+  return tpu_device_count();
+}
+void py_init() { TPU_CHECK(tpu_init()); }
+void py_install_interrupt_check(int64_t main_thread) {
+  g_main_thread.store(static_cast<unsigned long>(main_thread), std::memory_order_relaxed);
+  tpu_set_interrupt_check(&python_interrupt_check);
+}
+int64_t py_stream_priority(int64_t d, int64_t id) {
+  tpu_stream_t s = tpu_stream_from_id(static_cast<int>(d), id);
+  if (!s) TPU_CHECK(tpu_device_set(static_cast<int>(d)));
+  TORCH_CHECK(s, "unknown tpu stream id ", id, " on device ", d);
+  return tpu_stream_priority(s);
+}
 bool py_is_initialized() { return tpu_is_initialized(); }
 bool py_is_forked() { return tpu_is_forked_child(); }
 
@@ -430,6 +489,9 @@ bool fallback_enabled();
 TORCH_LIBRARY(torch_tpu, m) {
   using namespace at::tpu;
   m.def("device_count() -> int", &py_device_count);
+  m.def("init() -> ()", &py_init);
+  m.def("install_interrupt_check(int main_thread) -> ()", &py_install_interrupt_check);
+  m.def("stream_priority(int d, int id) -> int", &py_stream_priority);
   m.def("is_initialized() -> bool", &py_is_initialized);
   m.def("is_forked() -> bool", &py_is_forked);
   m.def("device_props(int d) -> (str, int, str, int)", &py_props);

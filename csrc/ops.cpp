@@ -23,6 +23,8 @@
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/empty_strided.h>
 #include <ATen/ops/zeros.h>
+#include <ATen/ops/convolution.h>
+#include <ATen/ops/convolution_backward.h>
 #include <ATen/ops/result_type.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/util/irange.h>
@@ -38,6 +40,9 @@ namespace at::tpu {
 const at::Generator& default_generator(c10::DeviceIndex idx);
 void device_allocator_record(const c10::DataPtr& p, c10::Stream s);
 std::pair<uint64_t, uint64_t> philox_next(const std::optional<at::Generator>& gen, c10::DeviceIndex idx);
+// Count a CPU fallback of `op` (warned once per op); raises NotImplementedError
+// if the fallback is disabled (TORCH_TPU_CPU_FALLBACK=0).
+void note_cpu_fallback(const std::string& op);
 
 // ---------------------------------------------------------------- descriptors
 bool dtype_supported(c10::ScalarType st) {
@@ -64,16 +69,22 @@ tpu_dtype to_tpu_dtype(c10::ScalarType st) {
   }
 }
 
-tpu_tensor desc(const at::Tensor& t) {
-  TORCH_CHECK(t.dim() <= TPU_MAX_DIMS, "tpu supports tensors of at most ", TPU_MAX_DIMS, " dims, got ", t.dim());
-  TORCH_CHECK(t.device().is_privateuseone(), "Expected all tensors to be on the same device, but found at least two "
-              "devices, tpu and ", t.device(), "!");
+// The storage part of a descriptor: its start, current size, the offset.
+static tpu_tensor storage_desc(const at::Tensor& t) {
   tpu_tensor d{};
   const auto& st = t.storage();
   d.base = st.mutable_data();
   d.nbytes = st.nbytes();
   d.offset = t.storage_offset();
   d.dtype = to_tpu_dtype(t.scalar_type());
+  return d;
+}
+
+tpu_tensor desc(const at::Tensor& t) {
+  TORCH_CHECK(t.dim() <= TPU_MAX_DIMS, "tpu supports tensors of at most ", TPU_MAX_DIMS, " dims, got ", t.dim());
+  TORCH_CHECK(t.device().is_privateuseone(), "Expected all tensors to be on the same device, but found at least two "
+              "devices, tpu and ", t.device(), "!");
+  tpu_tensor d = storage_desc(t);
   d.ndim = static_cast<int32_t>(t.dim());
   for (int64_t i = 0; i < t.dim(); i++) {
     d.sizes[i] = t.size(i);
@@ -165,11 +176,68 @@ static c10::ScalarType common_type(std::initializer_list<at::Tensor> ts) {
 // out = op(ins...) with broadcasting; `compute` given or the common dtype.
 static void device_copy(const at::Tensor& dst, const at::Tensor& src);
 
+// The strides TensorIterator gives an output it allocates, so a result keeps
+// its inputs' memory format (x.t().abs() is transposed, as on CPU): inputs of
+// one shape with equal dense strides lend them; otherwise dims are ordered
+// innermost-first by the first input whose strides tell two dims apart
+// (broadcast dims do not vote), and the output is dense in that order.
+static std::vector<int64_t> ti_strides(c10::IntArrayRef shape, std::initializer_list<at::Tensor> ins) {
+  const int64_t nd = static_cast<int64_t>(shape.size());
+  bool same = true;
+  const at::Tensor* first = nullptr;
+  for (const auto& t : ins) {
+    if (!t.sizes().equals(shape) || !t.is_non_overlapping_and_dense()) { same = false; break; }
+    if (!first) first = &t;
+    else if (!t.strides().equals(first->strides())) { same = false; break; }
+  }
+  if (same && first) return first->strides().vec();
+  // Each input's strides against the output shape (0 where broadcast).
+  std::vector<std::vector<int64_t>> st;
+  for (const auto& t : ins) {
+    std::vector<int64_t> v(nd, 0);
+    for (int64_t d = 0, off = nd - t.dim(); d < t.dim(); d++)
+      v[off + d] = (t.size(d) == 1 && shape[off + d] != 1) ? 0 : t.stride(d);
+    st.push_back(std::move(v));
+  }
+  auto should_swap = [&](int64_t d0, int64_t d1) {
+    for (const auto& v : st) {
+      if (v[d0] == 0 || v[d1] == 0) continue;
+      if (v[d0] < v[d1]) return -1;
+      if (v[d0] > v[d1]) return 1;
+      if (shape[d0] > shape[d1]) return 1;
+    }
+    return 0;
+  };
+  std::vector<int64_t> perm(nd);   // innermost first
+  for (int64_t i = 0; i < nd; i++) perm[i] = nd - 1 - i;
+  for (int64_t i = 1; i < nd; i++) {
+    int64_t d1 = i;
+    for (int64_t d0 = i - 1; d0 >= 0; d0--) {
+      int c = should_swap(perm[d0], perm[d1]);
+      if (c > 0) { std::swap(perm[d0], perm[d1]); d1 = d0; }
+      else if (c < 0) break;
+    }
+  }
+  std::vector<int64_t> strides(nd);
+  int64_t f = 1;
+  for (int64_t i = 0; i < nd; i++) { strides[perm[i]] = f; f *= shape[perm[i]]; }
+  return strides;
+}
+
+// Resize `out` to `shape` as TensorIterator does: an out of the right shape is
+// kept as given; one that must be resized gets ti_strides().
+static void resize_like_ti(at::Tensor& out, c10::IntArrayRef shape, std::initializer_list<at::Tensor> ins) {
+  if (out.sizes().equals(shape)) return;
+  at::native::resize_output(out, shape);
+  auto strides = ti_strides(shape, ins);
+  if (!out.strides().equals(strides)) out.as_strided_(shape, strides);
+}
+
 static at::Tensor& ew_out(tpu_op op, at::Tensor& out, std::initializer_list<at::Tensor> ins,
                           std::optional<c10::ScalarType> compute = std::nullopt, tpu_params p = {},
                           bool cast_check = true) {
   c10::ScalarType c = compute ? *compute : common_type(ins);
-  at::native::resize_output(out, bshape(ins));
+  resize_like_ti(out, bshape(ins), ins);
   if (cast_check) check_cast(c, out);
   ew(op, out, ins, c, p);
   return out;
@@ -197,8 +265,9 @@ UNARY_FLOAT(rsqrt, RSQRT) UNARY_FLOAT(reciprocal, RECIPROCAL) UNARY_FLOAT(sin, S
 UNARY_FLOAT(tan, TAN) UNARY_FLOAT(asin, ASIN) UNARY_FLOAT(acos, ACOS) UNARY_FLOAT(atan, ATAN)
 UNARY_FLOAT(sinh, SINH) UNARY_FLOAT(cosh, COSH) UNARY_FLOAT(tanh, TANH) UNARY_FLOAT(asinh, ASINH)
 UNARY_FLOAT(acosh, ACOSH) UNARY_FLOAT(atanh, ATANH) UNARY_FLOAT(erf, ERF) UNARY_FLOAT(erfc, ERFC)
-UNARY_FLOAT(sigmoid, SIGMOID) UNARY_FLOAT(silu, SILU) UNARY_FLOAT(mish, MISH)
-UNARY_FLOAT(hardsigmoid, HARDSIGMOID) UNARY_FLOAT(hardswish, HARDSWISH)
+UNARY_FLOAT(sigmoid, SIGMOID)
+// Activations compute in the input's dtype (not promoted): integer inputs fail the op's dtype rule, as on CPU.
+UNARY_SAME(silu, SILU) UNARY_SAME(mish, MISH) UNARY_SAME(hardsigmoid, HARDSIGMOID) UNARY_SAME(hardswish, HARDSWISH)
 UNARY_SAME(neg, NEG) UNARY_SAME(abs, ABS) UNARY_SAME(sign, SIGN) UNARY_SAME(floor, FLOOR)
 UNARY_SAME(ceil, CEIL) UNARY_SAME(round, ROUND) UNARY_SAME(trunc, TRUNC) UNARY_SAME(frac, FRAC)
 UNARY_SAME(bitwise_not, BITWISE_NOT)
@@ -214,7 +283,7 @@ static at::Tensor& gelu_out(const at::Tensor& self, c10::string_view approximate
 }
 
 static at::Tensor isnan(const at::Tensor& self) {
-  auto out = at::empty(self.sizes(), self.options().dtype(kBool));
+  auto out = at::empty_like(self, self.options().dtype(kBool));
   ew(TPU_OP_ISNAN, out, {self}, self.scalar_type());
   return out;
 }
@@ -250,6 +319,9 @@ static at::Tensor& isneginf_out(const at::Tensor& self, at::Tensor& out) {
 }
 
 static at::Tensor& hardtanh_out(const at::Tensor& self, const c10::Scalar& mn, const c10::Scalar& mx, at::Tensor& out) {
+  TORCH_CHECK(self.scalar_type() != kBool, "Bool inputs not supported for hardtanh");
+  TORCH_CHECK(self.scalar_type() != kByte || (mn.toLong() >= 0 && mx.toLong() >= 0),
+              "cannot do hardtanh on an unsigned type with negative limits");
   tpu_params p{};
   p.i[0] = 1;
   p.i[1] = 1;
@@ -266,11 +338,13 @@ static at::Tensor& hardtanh_(at::Tensor& self, const c10::Scalar& mn, const c10:
 }
 
 static at::Tensor relu(const at::Tensor& self) {
+  TORCH_CHECK(self.scalar_type() != kBool, "Boolean inputs not supported for relu");
   auto out = at::empty_like(self);
   ew(TPU_OP_RELU, out, {self}, self.scalar_type());
   return out;
 }
 static at::Tensor& relu_(at::Tensor& self) {
+  TORCH_CHECK(self.scalar_type() != kBool, "Boolean inputs not supported for relu");
   ew(TPU_OP_RELU, self, {self}, self.scalar_type());
   return self;
 }
@@ -547,6 +621,25 @@ static void device_copy(const at::Tensor& dst, const at::Tensor& src) {
 
 static bool plain(const at::Tensor& t) { return t.is_contiguous() && t.is_non_overlapping_and_dense(); }
 
+// A contiguous tensor (tpu or host) as the runtime's copy view: its whole
+// storage (base, current size) and the 1-d range it covers. The runtime checks
+// the range against the storage (and a device storage against the allocator)
+// before any byte moves.
+static tpu_tensor copy_view(const at::Tensor& t) {
+  TORCH_INTERNAL_ASSERT(plain(t));
+  tpu_tensor d = storage_desc(t);
+  d.ndim = 1;
+  d.sizes[0] = t.numel();
+  d.strides[0] = 1;
+  return d;
+}
+
+static void copy_bytes(const at::Tensor& dst, const at::Tensor& src, tpu_copy_kind kind, tpu_stream_t stream,
+                       bool async) {
+  tpu_tensor d = copy_view(dst), s = copy_view(src);
+  TPU_CHECK(tpu_memcpy_view(&d, &s, kind, stream, async));
+}
+
 static at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   TORCH_CHECK(self.defined() && dst.defined(), "copy_ on undefined tensors");
   if (dst.numel() == 0) return dst;
@@ -567,7 +660,7 @@ static at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool 
       d = plain(dst) ? dst : at::empty(dst.sizes(), dst.options());
     }
     TPU_CHECK(tpu_device_synchronize(self.device().index()));
-    TPU_CHECK(tpu_memcpy(d.data_ptr(), s.data_ptr(), s.nbytes(), TPU_COPY_D2D, tpu_stream_current(dst.device().index())));
+    copy_bytes(d, s, TPU_COPY_D2D, tpu_stream_current(dst.device().index()), false);
     if (!d.is_same(dst)) {
       c10::DeviceGuard g(dst.device());
       device_copy(dst, d);
@@ -579,10 +672,7 @@ static at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool 
     at::Tensor s = self.to(dst.scalar_type()).expand(dst.sizes()).contiguous();
     at::Tensor d = plain(dst) ? dst : at::empty(dst.sizes(), dst.options());
     bool pinned = non_blocking && tpu_host_is_pinned(s.data_ptr());
-    if (pinned && s.is_same(self))
-      TPU_CHECK(tpu_memcpy_async(d.data_ptr(), s.data_ptr(), s.nbytes(), TPU_COPY_H2D, tpu_stream_current(dst.device().index())));
-    else
-      TPU_CHECK(tpu_memcpy(d.data_ptr(), s.data_ptr(), s.nbytes(), TPU_COPY_H2D, tpu_stream_current(dst.device().index())));
+    copy_bytes(d, s, TPU_COPY_H2D, tpu_stream_current(dst.device().index()), pinned && s.is_same(self));
     if (!d.is_same(dst)) device_copy(dst, d);
     return dst;
   }
@@ -598,12 +688,9 @@ static at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool 
   at::Tensor h = direct ? dst : at::empty(dst.sizes(), dst.options().memory_format(c10::MemoryFormat::Contiguous));
   bool pinned = non_blocking && direct && tpu_host_is_pinned(h.data_ptr());
   auto stream = tpu_stream_current(self.device().index());
-  if (pinned) {
-    TPU_CHECK(tpu_memcpy_async(h.data_ptr(), s.data_ptr(), s.nbytes(), TPU_COPY_D2H, stream));
-    if (!s.is_same(self)) s.record_stream(c10::Stream(c10::Stream::UNSAFE, self.device(), tpu_stream_id(stream)));
-  } else {
-    TPU_CHECK(tpu_memcpy(h.data_ptr(), s.data_ptr(), s.nbytes(), TPU_COPY_D2H, stream));
-  }
+  copy_bytes(h, s, TPU_COPY_D2H, stream, pinned);
+  if (pinned && !s.is_same(self))
+    s.record_stream(c10::Stream(c10::Stream::UNSAFE, self.device(), tpu_stream_id(stream)));
   if (!direct) dst.copy_(h);
   return dst;
 }
@@ -614,7 +701,8 @@ static at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor&
 }
 
 static c10::Scalar local_scalar_dense(const at::Tensor& self) {
-  at::Tensor h = at::empty({}, self.options().device(c10::kCPU));
+  TORCH_CHECK(self.numel() == 1, "a Tensor with ", self.numel(), " elements cannot be converted to Scalar");
+  at::Tensor h = at::empty(self.sizes(), self.options().device(c10::kCPU));
   copy_from(self, h, false);
   return h.item();
 }
@@ -649,6 +737,9 @@ static void resize_storage(const at::Tensor& self, size_t nbytes) {
 static const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size, std::optional<c10::MemoryFormat> mf) {
   for (auto s : size) TORCH_CHECK(s >= 0, "Trying to create tensor with negative dimension ", s, ": ", size);
   auto* impl = self.unsafeGetTensorImpl();
+  // As PyTorch's resize_: the same sizes keep the strides (an out= argument
+  // of the right shape keeps its layout); new sizes are laid out contiguously.
+  if (self.sizes().equals(size) && !(mf && *mf != c10::MemoryFormat::Preserve)) return self;
   impl->set_sizes_contiguous(size);
   if (mf && *mf != c10::MemoryFormat::Preserve) impl->empty_tensor_restride(*mf);
   size_t nbytes = at::detail::computeStorageNbytes(size, impl->strides(), self.dtype().itemsize(), self.storage_offset());
@@ -656,15 +747,20 @@ static const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size, 
   return self;
 }
 
+// set_ as CPU does it: PyTorch's own argument checks, then the storage grows
+// if the new view needs more bytes than it holds (set_ documents this).
 static at::Tensor& set_storage(at::Tensor& self, c10::Storage source, int64_t offset, c10::IntArrayRef size,
                                c10::IntArrayRef stride) {
   TORCH_CHECK(source.device_type() == c10::DeviceType::PrivateUse1 || source.nbytes() == 0,
               "Expected a tpu storage, got ", source.device());
+  at::native::checkSetStorage(self, source, offset, size, stride);
   auto* impl = self.unsafeGetTensorImpl();
   impl->set_storage_keep_dtype(std::move(source));
   impl->set_storage_offset(offset);
   if (stride.data()) impl->set_sizes_and_strides(size, stride);
   else impl->set_sizes_contiguous(size);
+  size_t nbytes = at::detail::computeStorageNbytes(impl->sizes(), impl->strides(), self.dtype().itemsize(), offset);
+  resize_storage(self, nbytes);
   return self;
 }
 static at::Tensor& set_source_storage(at::Tensor& self, c10::Storage source) {
@@ -681,6 +777,27 @@ static at::Tensor& set_source_tensor(at::Tensor& self, const at::Tensor& src) {
 static at::Tensor& set_empty(at::Tensor& self) {
   c10::Storage st(c10::Storage::use_byte_size_t(), 0, device_allocator(), true);
   return set_storage(self, st, 0, {0}, {});
+}
+
+// Module.to("tpu") keeps parameter identity (tied weights stay tied) only if
+// PyTorch sees a CPU tensor and a tpu tensor as shallow-copy compatible, as it
+// does CPU and CUDA: Module._apply then swaps `.data` in place instead of
+// building a new Parameter per module. TensorImpl's own dense-backend list
+// omits PrivateUse1 (pytorch/pytorch#196975), so we answer the op for our key:
+// two dense strided tensors on CPU-like backends or tpu are compatible; anything
+// else gets PyTorch's own answer.
+static bool dense_strided(const at::Tensor& t) {
+  if (t.layout() != c10::kStrided || t.is_quantized() || t.is_nested()) return false;
+  switch (t.device().type()) {
+    case c10::DeviceType::CPU: case c10::DeviceType::CUDA: case c10::DeviceType::HIP:
+    case c10::DeviceType::MPS: case c10::DeviceType::XPU: case c10::DeviceType::HPU:
+    case c10::DeviceType::PrivateUse1: return true;
+    default: return false;
+  }
+}
+static bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
+  if (self.unsafeGetTensorImpl()->has_compatible_shallow_copy_type(from.key_set())) return true;
+  return (self.is_privateuseone() || from.is_privateuseone()) && dense_strided(self) && dense_strided(from);
 }
 
 // ---------------------------------------------------------------- reductions
@@ -1077,8 +1194,16 @@ static std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm_backward
 }
 
 // ---------------------------------------------------------------- indexing
-static void check_index(const at::Tensor& index, const char* name) {
-  TORCH_CHECK(index.scalar_type() == kLong || index.scalar_type() == kInt, name, "(): Expected dtype int32/int64 for index");
+// Index dtype rules as CPU applies them: gather and scatter_add accept an
+// empty index of any dtype; index_select and index_add check always.
+static void check_index(const at::Tensor& index, const char* name, bool empty_any = false) {
+  if (empty_any && index.numel() == 0) return;
+  bool ok = index.scalar_type() == kLong || index.scalar_type() == kInt;
+  if (ok) return;
+  std::string_view n(name);
+  TORCH_CHECK(n != "index_select", "index_select(): Expected dtype int32 or int64 for index");
+  TORCH_CHECK(n != "index_add", "index_add_(): Expected dtype int32/int64 for index but got: ", index.scalar_type());
+  TORCH_CHECK(false, name, "(): Expected dtype int32/int64 for index");
 }
 static at::Tensor& index_select_out(const at::Tensor& self, int64_t dim, const at::Tensor& index, at::Tensor& out) {
   check_index(index, "index_select");
@@ -1100,7 +1225,7 @@ static at::Tensor index_select(const at::Tensor& self, int64_t dim, const at::Te
   return index_select_out(self, dim, index, out);
 }
 static at::Tensor& gather_out(const at::Tensor& self, int64_t dim, const at::Tensor& index, bool, at::Tensor& out) {
-  check_index(index, "gather");
+  check_index(index, "gather", true);
   at::native::resize_output(out, index.sizes());
   if (out.numel() == 0) return out;
   tpu_params p{};
@@ -1111,7 +1236,7 @@ static at::Tensor& gather_out(const at::Tensor& self, int64_t dim, const at::Ten
 }
 static at::Tensor& scatter_add_out(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src,
                                    at::Tensor& out) {
-  check_index(index, "scatter_add");
+  check_index(index, "scatter_add", true);
   if (!out.is_same(self)) {
     at::native::resize_output(out, self.sizes());
     device_copy(out, self);
@@ -1151,17 +1276,46 @@ static at::Tensor embedding_dense_backward(const at::Tensor& grad, const at::Ten
 }
 
 // ---------------------------------------------------------------- random
+// Argument checks in PyTorch's words (ATen/native/DistributionTemplates.h).
+// The dtype rules (uniform_ and normal_ fill floating tensors only, bernoulli
+// takes floating probabilities) are the ops' rules in the runtime's ops.def.
+static double float_max(c10::ScalarType st) {
+  switch (st) {
+    case kDouble: return std::numeric_limits<double>::max();
+    case kHalf: return 65504.0;
+    case kBFloat16: return 3.3895313892515355e38;
+    default: return std::numeric_limits<float>::max();
+  }
+}
+static int float_digits(c10::ScalarType st) {
+  switch (st) {
+    case kDouble: return 53;
+    case kHalf: return 11;
+    case kBFloat16: return 8;
+    default: return 24;
+  }
+}
+
+// Empty tensors are launched too: the runtime's dtype check raises for any size, as PyTorch does.
 static void rand_fill(tpu_op op, const at::Tensor& self, std::optional<at::Generator> gen, tpu_params p,
                       const at::Tensor* prob = nullptr) {
-  if (self.numel() == 0) return;
-  auto [seed, off] = philox_next(gen, self.device().index());
-  p.i[0] = static_cast<int64_t>(seed);
-  p.i[1] = static_cast<int64_t>(off);
+  if (self.numel() > 0) {
+    auto [seed, off] = philox_next(gen, self.device().index());
+    p.i[0] = static_cast<int64_t>(seed);
+    p.i[1] = static_cast<int64_t>(off);
+  }
   tpu_tensor ts[2] = {desc(self), prob ? operand(*prob, self, kFloat) : tpu_tensor{}};
   submit(op, ts, prob ? 2 : 1, p);
 }
 static at::Tensor& uniform_(at::Tensor& self, double from, double to, std::optional<at::Generator> gen) {
-  TORCH_CHECK(from <= to, "uniform_ expects to return a [from, to) range, but found from=", from, " > to=", to);
+  if (isFloatingType(self.scalar_type())) {
+    double mx = float_max(self.scalar_type());
+    TORCH_CHECK(from >= -mx && from <= mx, "from is out of bounds for ", self.dtype());
+    TORCH_CHECK(to >= -mx && to <= mx, "to is out of bounds for ", self.dtype());
+    TORCH_CHECK(from <= to, "uniform_ expects to return a [from, to) range, but found from=", from, " > to=", to);
+    TORCH_CHECK(to - from <= mx, "uniform_ expects to-from <= std::numeric_limits<", self.scalar_type(),
+                ">::max(), but found to=", to, " and from=", from, " which result in to-from to exceed the limit");
+  }
   tpu_params p{};
   p.f[0] = from;
   p.f[1] = to;
@@ -1187,26 +1341,60 @@ static at::Tensor& bernoulli_t(at::Tensor& self, const at::Tensor& prob, std::op
   rand_fill(TPU_OP_RAND_BERNOULLI, self, gen, {}, &prob);
   return self;
 }
-static int64_t random_upper(c10::ScalarType st) {
+// The largest value random_ draws without `to`: 2^digits for floating dtypes, the dtype's max otherwise.
+static int64_t random_max(c10::ScalarType st) {
   switch (st) {
-    case kFloat: return (1LL << 24) + 1;
-    case kDouble: return (1LL << 53) + 1;
-    case kHalf: return (1LL << 11) + 1;
-    case kBFloat16: return (1LL << 8) + 1;
-    case kBool: return 2;
-    case kByte: return 256;
-    case kChar: return 128;
-    case kShort: return 32768;
-    case kInt: return 2147483648LL;
+    case kFloat: case kDouble: case kHalf: case kBFloat16: return int64_t{1} << float_digits(st);
+    case kBool: return 1;
+    case kByte: return 255;
+    case kChar: return 127;
+    case kShort: return 32767;
+    case kInt: return 2147483647;
     default: return std::numeric_limits<int64_t>::max();
   }
 }
+// [from, to_inc] must fit the dtype (PyTorch's check_from_to_in_range, warnings included).
+static void check_random_range(const at::Tensor& self, int64_t from, int64_t to_inc) {
+  auto st = self.scalar_type();
+  if (isFloatingType(st)) {
+    double mx = float_max(st);
+    TORCH_CHECK(from >= -mx && from <= mx, "from is out of bounds for ", self.dtype());
+    TORCH_CHECK(to_inc >= -mx && to_inc <= mx, "to - 1 is out of bounds for ", self.dtype());
+    int d = float_digits(st);
+    int64_t lim = int64_t{1} << d;
+    for (auto [v, name] : {std::pair{from, "from"}, std::pair{to_inc, "to - 1"}})
+      if (v < -lim || v > lim)
+        TORCH_WARN(name, " is out of bounds [-(2^", d, "), 2^", d, "]. Due to precision limitations ", self.dtype(),
+                   " can support discrete uniform distribution only within this range. This warning will become an "
+                   "error in version 1.7 release, please fix the code in advance");
+    return;
+  }
+  int64_t mx = random_max(st), mn = st == kByte || st == kBool ? 0 : -mx - 1;
+  TORCH_CHECK(from >= mn && from <= mx, "from is out of bounds for ", self.dtype());
+  TORCH_CHECK(to_inc >= mn && to_inc <= mx, "to - 1 is out of bounds for ", self.dtype());
+}
 static at::Tensor& random_from(at::Tensor& self, int64_t from, std::optional<int64_t> to, std::optional<at::Generator> gen) {
-  int64_t hi = to.value_or(random_upper(self.scalar_type()));
-  TORCH_CHECK(from < hi, "random_ expects 'from' to be less than 'to', but got from=", from, " >= to=", hi);
+  auto st = self.scalar_type();
   tpu_params p{};
   p.i[2] = from;
-  p.i[3] = hi;
+  if (to) {                                          // [from, to)
+    TORCH_CHECK(from < *to, "random_ expects 'from' to be less than 'to', but got from=", from, " >= to=", *to);
+    check_random_range(self, from, *to - 1);
+    p.i[3] = *to;
+  } else if (from != std::numeric_limits<int64_t>::lowest()) {   // [from, random_max]
+    int64_t to_inc = random_max(st);
+    if (isFloatingType(st))
+      TORCH_CHECK(from < to_inc, "random_ expects 'from' casted to dtype to be less than or equal to 'to_inc' casted "
+                  "to dtype, but got from=", from, " > to_inc=", to_inc);
+    check_random_range(self, from, to_inc);
+    p.i[3] = to_inc;
+    p.i[4] = 1;
+  } else {                                           // all 2^64 values
+    TORCH_CHECK(st == kLong || st == kDouble || st == kFloat || st == kBFloat16,
+                "random_full_64_bits_range_kernel handles only int64, double, float and bfloat16");
+    p.i[3] = std::numeric_limits<int64_t>::max();
+    p.i[4] = 1;
+  }
   rand_fill(TPU_OP_RAND_INT, self, gen, p);
   return self;
 }
@@ -1216,6 +1404,9 @@ static at::Tensor& random_all(at::Tensor& self, std::optional<at::Generator> gen
 static std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, double p, std::optional<bool> train) {
   auto mask = at::empty(input.sizes(), input.options().dtype(kBool));
   if (!train.has_value() || *train) {
+    // PyTorch scales by a float (input * mask * (1 / (1 - p))), which an integer tensor cannot hold.
+    TORCH_CHECK(isFloatingType(input.scalar_type()), "result type Float can't be cast to the desired output type ",
+                input.scalar_type());
     if (p >= 1.0) { mask.zero_(); auto z = at::empty(input.sizes(), input.options()); z.zero_(); return {z, mask}; }
     bernoulli_f(mask, 1.0 - p, std::nullopt);
     auto out = at::empty(input.sizes(), input.options());
@@ -1228,6 +1419,7 @@ static std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input
   device_copy(out, input);
   return {out, mask};
 }
+
 static at::Tensor native_dropout_backward(const at::Tensor& grad, const at::Tensor& mask, double scale) {
   auto out = at::empty(grad.sizes(), grad.options());
   ew(TPU_OP_MUL, out, {grad, mask}, grad.scalar_type());
@@ -1254,12 +1446,29 @@ static tpu_params win_params(int64_t kh, int64_t kw, c10::IntArrayRef st, c10::I
 }
 static int64_t conv_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) { return (in + 2 * p - d * (k - 1) - 1) / s + 1; }
 
+// Transposed and 3-d convolutions are not native yet: they run through the
+// counted CPU fallback (warned once, off with TORCH_TPU_CPU_FALLBACK=0).
+// convolution_overrideable has no CPU kernel for the boxed fallback to call,
+// so the fallback calls CPU's convolution here.
+static bool conv_native(const at::Tensor& input, bool transposed) {
+  return !transposed && (input.dim() == 3 || input.dim() == 4);
+}
+static at::Tensor convolution_fallback(const at::Tensor& input, const at::Tensor& weight,
+                                       const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
+                                       c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
+                                       c10::IntArrayRef output_padding, int64_t groups) {
+  note_cpu_fallback("aten::convolution_overrideable");
+  std::optional<at::Tensor> b;
+  if (bias && bias->defined()) b = bias->cpu();
+  return at::convolution(input.cpu(), weight.cpu(), b, stride, padding, dilation, transposed, output_padding, groups)
+      .to(input.device());
+}
+
 static at::Tensor convolution(const at::Tensor& input_, const at::Tensor& weight_, const std::optional<at::Tensor>& bias,
                               c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
                               c10::IntArrayRef output_padding, int64_t groups) {
-  TORCH_CHECK_NOT_IMPLEMENTED(!transposed, "transposed convolution is not implemented on tpu yet");
-  TORCH_CHECK_NOT_IMPLEMENTED(input_.dim() == 3 || input_.dim() == 4, "tpu supports 1-d and 2-d convolution, got a ",
-                              input_.dim(), "-d input");
+  if (!conv_native(input_, transposed))
+    return convolution_fallback(input_, weight_, bias, stride, padding, dilation, transposed, output_padding, groups);
   const bool one_d = input_.dim() == 3;
   at::Tensor x = one_d ? input_.unsqueeze(2) : input_, w = one_d ? weight_.unsqueeze(2) : weight_;
   const int64_t N = x.size(0), C = x.size(1), O = w.size(0), kh = w.size(2), kw = w.size(3);
@@ -1295,7 +1504,15 @@ static at::Tensor convolution(const at::Tensor& input_, const at::Tensor& weight
 static std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(const at::Tensor& grad_, const at::Tensor& input_,
     const at::Tensor& weight_, c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
     c10::IntArrayRef output_padding, int64_t groups, std::array<bool, 3> mask) {
-  TORCH_CHECK_NOT_IMPLEMENTED(!transposed, "transposed convolution is not implemented on tpu yet");
+  if (!conv_native(input_, transposed)) {
+    note_cpu_fallback("aten::convolution_backward_overrideable");
+    std::vector<int64_t> bias_sizes{weight_.size(transposed ? 1 : 0) * (transposed ? groups : 1)};
+    auto [gi, gw, gb] = at::convolution_backward(grad_.cpu(), input_.cpu(), weight_.cpu(),
+        mask[2] ? std::optional<c10::IntArrayRef>(bias_sizes) : std::nullopt, stride, padding, dilation, transposed,
+        output_padding, groups, mask);
+    auto back = [&](const at::Tensor& t) { return t.defined() ? t.to(input_.device()) : t; };
+    return {back(gi), back(gw), back(gb)};
+  }
   const bool one_d = input_.dim() == 3;
   at::Tensor x = one_d ? input_.unsqueeze(2) : input_, w = one_d ? weight_.unsqueeze(2) : weight_;
   at::Tensor gy = (one_d ? grad_.unsqueeze(2) : grad_).contiguous();
@@ -1518,6 +1735,111 @@ static at::Tensor& cat_out(const at::ITensorListRef& tensors, int64_t dim, at::T
   return out;
 }
 
+// ---------------------------------------------------------------- rnn cells
+// On an accelerator PyTorch runs nn.LSTM / nn.GRU / nn.LSTMCell / nn.GRUCell
+// as two gate GEMMs per step plus one fused cell (_thnn_fused_*_cell), whose
+// backward autograd calls when it is not itself recording (create_graph runs
+// PyTorch's composite _thnn_differentiable_*_backward instead). Each cell is
+// one runtime op; inputs go with their own strides.
+static const char* const kCellArgs[] = {"input_gates", "hidden_gates", "prev_hidden", "input_bias", "hidden_bias"};
+
+// Shapes as PyTorch's fused cells check them; returns whether biases are given.
+static bool check_cell(const char* fn, const at::Tensor& ig, const at::Tensor& hg, const at::Tensor& prev,
+                       const std::optional<at::Tensor>& ib, const std::optional<at::Tensor>& hb, int64_t factor) {
+  TORCH_CHECK(ig.dim() == 2, fn, ": expected input_gates to be 2-d [batch, ", factor, " * hidden], got size ", ig.sizes());
+  TORCH_CHECK(hg.sizes().equals(ig.sizes()), fn, ": expected hidden_gates of size ", ig.sizes(), ", got ", hg.sizes());
+  TORCH_CHECK(ig.size(1) % factor == 0, fn, ": input_gates has ", ig.size(1), " columns, not a multiple of ", factor);
+  const int64_t B = ig.size(0), H = ig.size(1) / factor;
+  TORCH_CHECK(prev.dim() == 2 && prev.size(0) == B && prev.size(1) == H, fn, ": expected ", kCellArgs[2], " of size [",
+              B, ", ", H, "], got ", prev.sizes());
+  const bool hi = ib.has_value() && ib->defined(), hh = hb.has_value() && hb->defined();
+  TORCH_CHECK(hi == hh, fn, ": input_bias and hidden_bias must be given together");
+  const at::Tensor* ts[5] = {&ig, &hg, &prev, hi ? &*ib : nullptr, hh ? &*hb : nullptr};
+  for (int k = 0; k < 5; k++) {
+    if (!ts[k]) continue;
+    if (k >= 3)
+      TORCH_CHECK(ts[k]->dim() == 1 && ts[k]->size(0) == ig.size(1), fn, ": expected ", kCellArgs[k], " of size [",
+                  ig.size(1), "], got ", ts[k]->sizes());
+    TORCH_CHECK(ts[k]->device() == ig.device(), "Expected all tensors to be on the same device, but found at least "
+                "two devices, ", ig.device(), " and ", ts[k]->device(), "!");
+    TORCH_CHECK(ts[k]->scalar_type() == ig.scalar_type(), fn, ": expected ", kCellArgs[k], " to have dtype ",
+                ig.scalar_type(), ", got ", ts[k]->scalar_type());
+  }
+  return hi;
+}
+
+static void check_same(const char* fn, const char* what, const at::Tensor& t, c10::IntArrayRef size, const at::Tensor& like) {
+  TORCH_CHECK(t.sizes().equals(size), fn, ": expected ", what, " of size ", size, ", got ", t.sizes());
+  TORCH_CHECK(t.device() == like.device(), "Expected all tensors to be on the same device, but found at least two "
+              "devices, ", like.device(), " and ", t.device(), "!");
+  TORCH_CHECK(t.scalar_type() == like.scalar_type(), fn, ": expected ", what, " to have dtype ", like.scalar_type(),
+              ", got ", t.scalar_type());
+}
+
+// An absent optional operand: a host scalar 0 of the cell's dtype.
+static tpu_tensor absent(const at::Tensor& like) { return tpu_tensor_scalar_f(0, to_tpu_dtype(like.scalar_type())); }
+
+static std::tuple<at::Tensor, at::Tensor, at::Tensor> thnn_fused_lstm_cell(const at::Tensor& ig, const at::Tensor& hg,
+    const at::Tensor& cx, const std::optional<at::Tensor>& ib, const std::optional<at::Tensor>& hb) {
+  const bool bias = check_cell("_thnn_fused_lstm_cell", ig, hg, cx, ib, hb, 4);
+  at::Tensor hy = at::empty(cx.sizes(), cx.options()), cy = at::empty(cx.sizes(), cx.options());
+  at::Tensor ws = at::empty(ig.sizes(), ig.options());
+  tpu_tensor ts[8] = {desc(hy), desc(cy), desc(ws), desc(ig), desc(hg), desc(cx)};
+  if (bias) { ts[6] = desc(*ib); ts[7] = desc(*hb); }
+  submit(TPU_OP_LSTM_CELL, ts, bias ? 8 : 6, tpu_params{});
+  return {hy, cy, ws};
+}
+
+// Returns (grad_gates, grad_cx, grad_bias); grad_gates is the gradient of
+// both gate inputs, grad_bias of both biases (PyTorch's composite
+// _thnn_fused_lstm_cell_backward hands each out twice).
+static std::tuple<at::Tensor, at::Tensor, at::Tensor> thnn_fused_lstm_cell_backward_impl(
+    const std::optional<at::Tensor>& grad_hy, const std::optional<at::Tensor>& grad_cy, const at::Tensor& cx,
+    const at::Tensor& cy, const at::Tensor& ws, bool has_bias) {
+  const char* fn = "_thnn_fused_lstm_cell_backward";
+  const bool dh = grad_hy.has_value() && grad_hy->defined(), dc = grad_cy.has_value() && grad_cy->defined();
+  if (!dh && !dc) return {};
+  TORCH_CHECK(cx.dim() == 2, fn, ": expected cx to be 2-d, got size ", cx.sizes());
+  const int64_t B = cx.size(0), H = cx.size(1);
+  check_same(fn, "cy", cy, cx.sizes(), cx);
+  check_same(fn, "workspace", ws, {B, 4 * H}, cx);
+  if (dh) check_same(fn, "grad_hy", *grad_hy, cx.sizes(), cx);
+  if (dc) check_same(fn, "grad_cy", *grad_cy, cx.sizes(), cx);
+  at::Tensor gg = at::empty({B, 4 * H}, ws.options()), gcx = at::empty(cx.sizes(), cx.options());
+  at::Tensor gb = has_bias ? at::empty({4 * H}, ws.options()) : at::Tensor();
+  tpu_tensor ts[8] = {desc(gg), desc(gcx), has_bias ? desc(gb) : absent(cx), dh ? desc(*grad_hy) : absent(cx),
+                      dc ? desc(*grad_cy) : absent(cx), desc(cx), desc(cy), desc(ws)};
+  submit(TPU_OP_LSTM_CELL_BWD, ts, 8, tpu_params{});
+  return {gg, gcx, gb};
+}
+
+static std::tuple<at::Tensor, at::Tensor> thnn_fused_gru_cell(const at::Tensor& ig, const at::Tensor& hg,
+    const at::Tensor& hx, const std::optional<at::Tensor>& ib, const std::optional<at::Tensor>& hb) {
+  const bool bias = check_cell("_thnn_fused_gru_cell", ig, hg, hx, ib, hb, 3);
+  at::Tensor hy = at::empty(hx.sizes(), hx.options());
+  at::Tensor ws = at::empty({hx.size(0), hx.size(1) * 5}, hx.options());
+  tpu_tensor ts[7] = {desc(hy), desc(ws), desc(ig), desc(hg), desc(hx)};
+  if (bias) { ts[5] = desc(*ib); ts[6] = desc(*hb); }
+  submit(TPU_OP_GRU_CELL, ts, bias ? 7 : 5, tpu_params{});
+  return {hy, ws};
+}
+
+static std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> thnn_fused_gru_cell_backward(
+    const at::Tensor& grad_hy, const at::Tensor& ws, bool has_bias) {
+  const char* fn = "_thnn_fused_gru_cell_backward";
+  TORCH_CHECK(grad_hy.dim() == 2, fn, ": expected grad_hy to be 2-d, got size ", grad_hy.sizes());
+  const int64_t B = grad_hy.size(0), H = grad_hy.size(1);
+  check_same(fn, "workspace", ws, {B, 5 * H}, grad_hy);
+  auto opt = ws.options();
+  at::Tensor gi = at::empty({B, 3 * H}, opt), gh = at::empty({B, 3 * H}, opt), ghx = at::empty({B, H}, opt);
+  at::Tensor gib, ghb;
+  if (has_bias) { gib = at::empty({3 * H}, opt); ghb = at::empty({3 * H}, opt); }
+  tpu_tensor ts[7] = {desc(gi), desc(gh), desc(ghx), has_bias ? desc(gib) : absent(ws), has_bias ? desc(ghb) : absent(ws),
+                      desc(grad_hy), desc(ws)};
+  submit(TPU_OP_GRU_CELL_BWD, ts, 7, tpu_params{});
+  return {gi, gh, ghx, gib, ghb};
+}
+
 // ---------------------------------------------------------------- CPU fallback
 namespace {
 std::mutex g_fb_mu;
@@ -1536,9 +1858,9 @@ bool fb_enabled_now() {
   return v == 1;
 }
 
-void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  const auto& name = op.schema().operator_name();
-  std::string full = name.name + (name.overload_name.empty() ? "" : "." + name.overload_name);
+} // namespace
+
+void note_cpu_fallback(const std::string& full) {
   TORCH_CHECK_NOT_IMPLEMENTED(fb_enabled_now(), "The operator '", full,
       "' is not currently implemented for the tpu device, and the CPU fallback is disabled "
       "(TORCH_TPU_CPU_FALLBACK=0). Unset it to run this op on the CPU.");
@@ -1550,6 +1872,12 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   if (first)
     TORCH_WARN("The operator '", full, "' is not currently supported on the tpu backend and will fall back to run "
                "on the CPU. This may have performance implications.");
+}
+
+namespace {
+void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const auto& name = op.schema().operator_name();
+  note_cpu_fallback(name.name + (name.overload_name.empty() ? "" : "." + name.overload_name));
   at::native::cpu_fallback(op, stack);
 }
 } // namespace
@@ -1574,6 +1902,12 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&at::tpu::cpu_fallback>());
 }
 
+// Answered above the autograd layer too: the op is CompositeImplicitAutograd,
+// and the tensors' highest key is AutogradPrivateUse1 even under no_grad.
+TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
+  m.impl("_has_compatible_shallow_copy_type", TORCH_FN(at::tpu::has_compatible_shallow_copy_type));
+}
+
 // The op table: one line per registered kernel.
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   using namespace at::tpu;
@@ -1590,6 +1924,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("set_", TORCH_FN(set_empty));
   m.impl("_copy_from", TORCH_FN(copy_from));
   m.impl("_copy_from_and_resize", TORCH_FN(copy_from_and_resize));
+  m.impl("_has_compatible_shallow_copy_type", TORCH_FN(has_compatible_shallow_copy_type));
   m.impl("_local_scalar_dense", TORCH_FN(local_scalar_dense));
   m.impl("fill_.Scalar", TORCH_FN(fill_s));
   m.impl("fill_.Tensor", TORCH_FN(fill_t));
@@ -1700,4 +2035,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("random_.from", TORCH_FN(random_from)); m.impl("random_.to", TORCH_FN(random_to)); m.impl("random_", TORCH_FN(random_all));
   m.impl("native_dropout", TORCH_FN(native_dropout));
   m.impl("native_dropout_backward", TORCH_FN(native_dropout_backward));
+  // rnn cells
+  m.impl("_thnn_fused_lstm_cell", TORCH_FN(thnn_fused_lstm_cell));
+  m.impl("_thnn_fused_lstm_cell_backward_impl", TORCH_FN(thnn_fused_lstm_cell_backward_impl));
+  m.impl("_thnn_fused_gru_cell", TORCH_FN(thnn_fused_gru_cell));
+  m.impl("_thnn_fused_gru_cell_backward", TORCH_FN(thnn_fused_gru_cell_backward));
 }

@@ -49,6 +49,7 @@ from ._core import _at_exit  # noqa: E402
 
 _atexit.register(_at_exit)
 
-if _os.environ.get("TORCH_TPU_DEFER_AND_FUSE", "0") not in ("", "0"):
+# Any value other than unset, "", "0" or "1" is rejected by the runtime at first use.
+if _os.environ.get("TORCH_TPU_DEFER_AND_FUSE", "0") == "1":
     import warnings as _warnings
     _warnings.warn("TORCH_TPU_DEFER_AND_FUSE=1: Fused Eager is not implemented yet; running Strict Eager")

@@ -30,6 +30,10 @@ def _register():
     torch._register_device_module("tpu", _tpu_module)
     torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_packed_sequence=True,
                                                         for_storage=True)
+    # Ctrl-C during a host wait (synchronize, .item(), a full launch queue)
+    # raises KeyboardInterrupt within ~50 ms instead of after the backlog.
+    import threading  # noqa: PLC0415
+    torch.ops.torch_tpu.install_interrupt_check(threading.main_thread().ident)
     _loaded = True
 
 

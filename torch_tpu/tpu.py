@@ -19,6 +19,7 @@ def _lazy_init():
     global _initialized
     if _ops().is_forked():
         raise RuntimeError(_FORK_MSG)
+    _ops().init()   # a bad TPU_* environment variable raises RuntimeError here
     _initialized = True
 
 
@@ -40,7 +41,13 @@ def _index(device: Optional[Union[int, str, torch.device]]) -> int:
 
 
 def is_available() -> bool:
-    return device_count() > 0
+    """False (with a warning saying why) if the tpu environment is misconfigured, as torch.cuda does."""
+    try:
+        return device_count() > 0
+    except RuntimeError as e:
+        import warnings
+        warnings.warn(f"tpu initialization: {e}", stacklevel=2)
+        return False
 
 
 def is_initialized() -> bool:
@@ -52,6 +59,7 @@ def init() -> None:
 
 
 def device_count() -> int:
+    """Number of tpu chips (TPU_NUM_DEVICES); raises RuntimeError if the environment is invalid."""
     return int(_ops().device_count())
 
 
@@ -116,33 +124,71 @@ def synchronize(device=None) -> None:
 
 
 # ---- streams and events (torch.Stream / torch.Event on the tpu device) ----
-class Stream(torch.Stream):
-    """A tpu stream: an in-order queue of work on one chip."""
+# PyTorch's torch.Event methods accept only exact torch.Event objects
+# (e1.elapsed_time(e2), stream.record_event(e) check Py_TYPE == torch.Event),
+# so torch.tpu.Event makes plain torch.Event objects on the tpu device;
+# isinstance(e, torch.tpu.Event) holds for every tpu event, wherever it was
+# made. torch.Stream accepts subclasses, so torch.tpu.Stream is one (it adds
+# `priority`), and isinstance(s, torch.tpu.Stream) holds for every tpu stream.
+_PRIVATEUSE1 = 20   # c10::DeviceType::PrivateUse1
+
+
+class _EventMeta(type):
+    def __instancecheck__(cls, obj):
+        return type(obj) is torch.Event and obj.device.type == "tpu"
+
+
+class Event(metaclass=_EventMeta):
+    """A tpu event: a torch.Event on the tpu device (see torch.cuda.Event).
+
+    Marks a point in a stream: record(), wait(), query(), synchronize(),
+    elapsed_time(). ``blocking`` is accepted: host waits always sleep after a
+    short spin. Interprocess events are not supported."""
+
+    def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False):
+        if interprocess:
+            raise NotImplementedError("torch.tpu.Event: interprocess events are not supported on tpu")
+        _lazy_init()
+        return torch.Event(device=torch.device("tpu", current_device()), enable_timing=enable_timing,
+                           blocking=blocking, interprocess=False)
+
+
+class _StreamMeta(type):
+    def __instancecheck__(cls, obj):
+        return isinstance(obj, torch.Stream) and obj.device_type == _PRIVATEUSE1
+
+
+class Stream(torch.Stream, metaclass=_StreamMeta):
+    """A tpu stream: an in-order queue of work on one chip (see torch.cuda.Stream).
+
+    Streams map onto a fixed pool of 32 queues per chip and priority, handed
+    out round-robin, as CUDA's do: any number can be created; ``priority`` 0
+    is low (the default), negative is high."""
 
     def __new__(cls, device=None, priority=0, **kwargs):
         if "stream_id" in kwargs:
             return super().__new__(cls, **kwargs)
+        _lazy_init()
         idx = _index(device)
         return super().__new__(cls, device=torch.device("tpu", idx), priority=priority)
 
-
-class Event(torch.Event):
-    def __new__(cls, enable_timing=False, blocking=False, interprocess=False):
-        return super().__new__(cls, device="tpu", enable_timing=enable_timing, blocking=blocking,
-                               interprocess=interprocess)
+    @property
+    def priority(self) -> int:
+        return int(_ops().stream_priority(self.device_index, self.stream_id))
 
 
-def current_stream(device=None) -> torch.Stream:
+def _as_tpu_stream(s: torch.Stream) -> Stream:
+    return Stream(stream_id=s.stream_id, device_index=s.device_index, device_type=s.device_type)
+
+
+def current_stream(device=None) -> Stream:
     _lazy_init()
-    return torch.accelerator.current_stream(_index(device))
+    return _as_tpu_stream(torch.accelerator.current_stream(_index(device)))
 
 
-def default_stream(device=None) -> torch.Stream:
-    idx = _index(device)
-    return torch.Stream(stream_id=0, device_index=idx, device_type=_PRIVATEUSE1)
-
-
-_PRIVATEUSE1 = 20   # c10::DeviceType::PrivateUse1
+def default_stream(device=None) -> Stream:
+    _lazy_init()
+    return Stream(stream_id=0, device_index=_index(device), device_type=_PRIVATEUSE1)
 
 
 def set_stream(stream: torch.Stream) -> None:

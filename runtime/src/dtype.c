@@ -6,19 +6,19 @@
 #include <string.h>
 
 static const char *const op_names[] = {
-#define TPU_OP(e, name, fam, nout, nmin, nmax) name,
+#define TPU_OP(e, name, fam, nout, nmin, nmax, ...) name,
 #include "tpu/ops.def"
 #undef TPU_OP
 };
 static const tpu_op_family op_fams[] = {
-#define TPU_OP(e, name, fam, nout, nmin, nmax) TPU_FAM_##fam,
+#define TPU_OP(e, name, fam, nout, nmin, nmax, ...) TPU_FAM_##fam,
 #include "tpu/ops.def"
 #undef TPU_OP
 };
 _Static_assert(sizeof(op_names) / sizeof(op_names[0]) == TPU_OP_COUNT, "op name table");
 
 const tpu_op_info tpu_op_infos[TPU_OP_COUNT] = {
-#define TPU_OP(e, name, fam, nout, nmin, nmax) { nout, nmin, nmax },
+#define TPU_OP(e, name, fam, nout, nmin, nmax, dtypes, ...) { nout, nmin, nmax, dtypes },
 #include "tpu/ops.def"
 #undef TPU_OP
 };
@@ -30,6 +30,35 @@ static const size_t dt_size[TPU_DTYPE_COUNT] = { 4, 8, 2, 2, 1, 1, 2, 4, 8, 1 };
 static const char *const dt_name[TPU_DTYPE_COUNT] = {
     "float32", "float64", "float16", "bfloat16", "uint8", "int8", "int16", "int32", "int64", "bool" };
 _Static_assert(TPU_DTYPE_COUNT == 10, "dtype tables");
+
+/* PyTorch's names (c10::toString), for messages users search for. */
+static const char *const dt_torch_name[TPU_DTYPE_COUNT] = {
+    "Float", "Double", "Half", "BFloat16", "Byte", "Char", "Short", "Int", "Long", "Bool" };
+
+static tpu_status dtype_refused(tpu_op op, tpu_dtype dt) {
+    return tpu_set_error(TPU_ERROR_NOT_SUPPORTED, "\"%s\" not implemented for '%s'", tpu_op_name(op), dt_torch_name[dt]);
+}
+
+tpu_status tpu_op_check_dtypes(tpu_op op, const tpu_tensor *t, int n, const tpu_params *p) {
+    unsigned rule = tpu_op_infos[op].dtypes;
+    int nout = tpu_op_infos[op].nout;
+    int32_t dt = t[0].dtype;
+    if (!(rule & DT_OUT) && op_fams[op] == TPU_FAM_EW) {
+        dt = p->compute_dtype;
+    } else if (!(rule & DT_OUT)) {          /* the first tensor input (an absent optional one is a host scalar) */
+        int k = nout;
+        while (k < n && t[k].is_scalar) k++;
+        if (k == n) return TPU_OK;
+        dt = t[k].dtype;
+    }
+    if ((unsigned)dt >= TPU_DTYPE_COUNT)
+        return tpu_set_error(TPU_ERROR_INVALID_VALUE, "%s: unknown dtype %d", tpu_op_name(op), (int)dt);
+    if (!(rule & (1u << dt))) return dtype_refused(op, (tpu_dtype)dt);
+    if (rule & DT_IN_FLOAT)
+        for (int k = nout; k < n; k++)
+            if (!t[k].is_scalar && !tpu_dtype_is_float((tpu_dtype)t[k].dtype)) return dtype_refused(op, (tpu_dtype)t[k].dtype);
+    return TPU_OK;
+}
 
 size_t tpu_dtype_size(tpu_dtype dt) { return (unsigned)dt < TPU_DTYPE_COUNT ? dt_size[dt] : 0; }
 const char *tpu_dtype_name(tpu_dtype dt) { return (unsigned)dt < TPU_DTYPE_COUNT ? dt_name[dt] : "?"; }
@@ -153,6 +182,7 @@ tpu_status tpu_ref_run(tpu_kargs *a) {
     case TPU_FAM_RANDOM: return tpu_ref_random(a);
     case TPU_FAM_OPTIM: return tpu_ref_optim(a);
     case TPU_FAM_SHAPE: return tpu_ref_shape(a);
+    case TPU_FAM_RNN: return tpu_ref_rnn(a);
     default: return tpu_kernel_fail(a, "%s: unknown op family", tpu_op_name(a->op));
     }
 }
@@ -170,6 +200,7 @@ tpu_status tpu_kernel_run(tpu_kargs *a) {
     case TPU_FAM_RANDOM: return tpu_k_random(a);
     case TPU_FAM_OPTIM: return tpu_k_optim(a);
     case TPU_FAM_SHAPE: return tpu_k_shape(a);
+    case TPU_FAM_RNN: return tpu_k_rnn(a);
     default: return tpu_kernel_fail(a, "%s: unknown op family", tpu_op_name(a->op));
     }
 }

@@ -13,6 +13,7 @@
  * semantics of both kernels. Data-dependent failures (integer division by
  * zero, negative integer powers) must fail the same way in both. */
 #include "kernels/kernels-impl.h"
+#include "status-impl.h"
 #include "test.h"
 #include <math.h>
 #include <stdbool.h>
@@ -245,7 +246,7 @@ static const tpu_dtype all_dtypes[] = { TPU_F32, TPU_F64, TPU_F16, TPU_BF16, TPU
                                         TPU_I8, TPU_I16, TPU_I32, TPU_I64, TPU_BOOL };
 #define N_ALL 10
 static const int op_nin[] = {
-#define TPU_OP(e, name, fam, nout, nmin, nmax) nmin,
+#define TPU_OP(e, name, fam, nout, nmin, nmax, ...) nmin,
 #include "tpu/ops.def"
 #undef TPU_OP
 };
@@ -715,13 +716,20 @@ static void ew_run_scalars(ew_cfg c) {
     }
 }
 
+/* The compute dtypes ew_test_op runs op in (a superset of its ops.def rule: test_dtype_rules). */
+static bool ew_tested(tpu_op op, tpu_dtype dt) {
+    int kind = ew_kind(op);
+    bool flt = tpu_dtype_is_float(dt);
+    if (kind == K_SPECIAL || (kind == K_BITWISE && flt)) return false;
+    return !(kind == K_FLOAT && !flt && dt != TPU_I32 && dt != TPU_I64);
+}
+
 static void ew_test_op(tpu_op op) {
     int kind = ew_kind(op);
     for (int di = 0; di < N_ALL; di++) {
         tpu_dtype dt = all_dtypes[di];
         bool flt = tpu_dtype_is_float(dt);
-        if (kind == K_BITWISE && flt) continue;
-        if (kind == K_FLOAT && !flt && dt != TPU_I32 && dt != TPU_I64) continue;
+        if (!ew_tested(op, dt)) continue;
         tpu_params pv[4];
         int np = ew_params(op, !flt, pv);
         for (int pi = 0; pi < np; pi++) {
@@ -1180,7 +1188,86 @@ static void test_scan_ops(void) {
     }
 }
 
+/* ---- the dtype rules of ops.def, as checked at launch ---- */
+
+static tpu_status check_dt(tpu_op op, int n, const tpu_dtype *dts, tpu_dtype compute) {
+    tpu_tensor t[TPU_MAX_OPERANDS];
+    memset(t, 0, sizeof t);
+    for (int k = 0; k < n; k++) t[k].dtype = dts[k];
+    tpu_params p;
+    memset(&p, 0, sizeof p);
+    p.compute_dtype = compute;
+    return tpu_op_check_dtypes(op, t, n, &p);
+}
+
+static void expect_refused(tpu_op op, int n, const tpu_dtype *dts, tpu_dtype compute, const char *msg) {
+    tpu_status s = check_dt(op, n, dts, compute);
+    CHECK_MSG(s == TPU_ERROR_NOT_SUPPORTED, "%s: %s", tpu_op_name(op), tpu_status_name(s));
+    CHECK_MSG(strcmp(tpu_last_error(), msg) == 0, "'%s' vs '%s'", tpu_last_error(), msg);
+}
+
+static void test_dtype_rules(void) {
+    for (int op = 0; op < TPU_OP_COUNT; op++) {
+        unsigned rule = tpu_op_infos[op].dtypes;
+        CHECK_MSG((rule & DT_MASK) != 0 && (rule & DT_MASK & ~DT_ALL) == 0, "%s: rule %#x", tpu_op_name(op), rule);
+        /* the operand the rule reads exists in every launch the arity allows */
+        if (!(rule & DT_OUT) && tpu_op_family_of(op) != TPU_FAM_EW)
+            CHECK_MSG(tpu_op_infos[op].nin_min >= 1, "%s: no input to check", tpu_op_name(op));
+        /* every dtype an elementwise rule admits is one the kernels are tested in */
+        if (tpu_op_family_of(op) == TPU_FAM_EW && ew_kind(op) != K_SPECIAL)
+            for (int d = 0; d < TPU_DTYPE_COUNT; d++)
+                if (rule & (1u << d)) CHECK_MSG(ew_tested(op, d), "%s admits %s, untested", tpu_op_name(op), tpu_dtype_name(d));
+    }
+    tpu_dtype i2[2] = { TPU_I64, TPU_I64 }, b3[3] = { TPU_BOOL, TPU_BOOL, TPU_BOOL };
+    /* elementwise: the compute dtype decides, whatever the operands */
+    expect_refused(TPU_OP_BITWISE_AND, 3, (tpu_dtype[]){ TPU_F32, TPU_F32, TPU_F32 }, TPU_F32,
+                   "\"bitwise_and\" not implemented for 'Float'");
+    expect_refused(TPU_OP_BITWISE_NOT, 2, (tpu_dtype[]){ TPU_BF16, TPU_BF16 }, TPU_BF16,
+                   "\"bitwise_not\" not implemented for 'BFloat16'");
+    CHECK_OK(check_dt(TPU_OP_BITWISE_XOR, 3, b3, TPU_BOOL));
+    CHECK_OK(check_dt(TPU_OP_EXP, 2, (tpu_dtype[]){ TPU_F32, TPU_I64 }, TPU_F32));   /* int input, float compute */
+    expect_refused(TPU_OP_EXP, 2, i2, TPU_I64, "\"exp\" not implemented for 'Long'");
+    CHECK_OK(check_dt(TPU_OP_LT, 3, (tpu_dtype[]){ TPU_BOOL, TPU_U8, TPU_I8 }, TPU_I16));
+    expect_refused(TPU_OP_SUB, 3, b3, TPU_BOOL, "\"sub\" not implemented for 'Bool'");
+    CHECK(check_dt(TPU_OP_ADD, 3, b3, (tpu_dtype)99) == TPU_ERROR_INVALID_VALUE);
+    CHECK_OK(check_dt(TPU_OP_COPY, 2, (tpu_dtype[]){ TPU_BOOL, TPU_F64 }, (tpu_dtype)99));  /* fills: output only */
+    expect_refused(TPU_OP_ARANGE, 1, (tpu_dtype[]){ TPU_BOOL }, TPU_F32, "\"arange\" not implemented for 'Bool'");
+    /* others: the first input */
+    expect_refused(TPU_OP_SOFTMAX, 2, (tpu_dtype[]){ TPU_F32, TPU_I64 }, TPU_F32, "\"softmax\" not implemented for 'Long'");
+    expect_refused(TPU_OP_LAYER_NORM, 4, (tpu_dtype[]){ TPU_F32, TPU_F32, TPU_F32, TPU_I32 }, TPU_F32,
+                   "\"layer_norm\" not implemented for 'Int'");
+    CHECK_OK(check_dt(TPU_OP_SUM, 2, (tpu_dtype[]){ TPU_I64, TPU_BOOL }, TPU_F32));
+    expect_refused(TPU_OP_MATMUL, 3, (tpu_dtype[]){ TPU_BOOL, TPU_BOOL, TPU_BOOL }, TPU_F32,
+                   "\"matmul\" not implemented for 'Bool'");
+    /* an absent optional input is a host scalar: the first tensor input decides */
+    tpu_tensor t3[3];
+    memset(t3, 0, sizeof t3);
+    t3[0].dtype = TPU_F32;
+    t3[1] = tpu_tensor_scalar_i(0, TPU_I64);
+    t3[2].dtype = TPU_I32;
+    tpu_params p0;
+    memset(&p0, 0, sizeof p0);
+    CHECK(tpu_op_check_dtypes(TPU_OP_SOFTMAX_BWD, t3, 3, &p0) == TPU_ERROR_NOT_SUPPORTED);
+    CHECK(strcmp(tpu_last_error(), "\"softmax_backward\" not implemented for 'Int'") == 0);
+    t3[2].dtype = TPU_BF16;
+    CHECK_OK(tpu_op_check_dtypes(TPU_OP_SOFTMAX_BWD, t3, 3, &p0));
+    /* DT_OUT: the output (random fills, in-place scatters) */
+    expect_refused(TPU_OP_RAND_NORMAL, 1, (tpu_dtype[]){ TPU_I64 }, TPU_F32, "\"normal\" not implemented for 'Long'");
+    expect_refused(TPU_OP_RAND_UNIFORM, 1, (tpu_dtype[]){ TPU_U8 }, TPU_F32, "\"uniform\" not implemented for 'Byte'");
+    CHECK_OK(check_dt(TPU_OP_RAND_UNIFORM, 1, (tpu_dtype[]){ TPU_F16 }, TPU_I64));
+    CHECK_OK(check_dt(TPU_OP_RAND_INT, 1, (tpu_dtype[]){ TPU_BOOL }, TPU_F32));
+    expect_refused(TPU_OP_SCATTER_ADD, 3, (tpu_dtype[]){ TPU_BOOL, TPU_I64, TPU_BOOL }, TPU_F32,
+                   "\"scatter_add\" not implemented for 'Bool'");
+    CHECK_OK(check_dt(TPU_OP_SCATTER_ADD, 3, (tpu_dtype[]){ TPU_I8, TPU_I64, TPU_I8 }, TPU_F32));
+    /* DT_IN_FLOAT: bernoulli's probabilities must be floating, any output dtype */
+    CHECK_OK(check_dt(TPU_OP_RAND_BERNOULLI, 2, (tpu_dtype[]){ TPU_BOOL, TPU_BF16 }, TPU_F32));
+    CHECK_OK(check_dt(TPU_OP_RAND_BERNOULLI, 1, (tpu_dtype[]){ TPU_I16 }, TPU_F32));
+    expect_refused(TPU_OP_RAND_BERNOULLI, 2, (tpu_dtype[]){ TPU_F32, TPU_I64 }, TPU_F32,
+                   "\"bernoulli\" not implemented for 'Long'");
+}
+
 int main(void) {
+    RUN_TEST(test_dtype_rules);
     RUN_TEST(test_golden_ew_f32);
     RUN_TEST(test_golden_ew_i64);
     RUN_TEST(test_golden_reduce);

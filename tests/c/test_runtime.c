@@ -1,15 +1,18 @@
 #define _GNU_SOURCE
 /* test_runtime.c - the vTPU runtime: devices, allocator, streams, events,
- * copies, launch validation, asynchronous errors, Philox, and the matrix
+ * copies, launch validation, asynchronous errors, configuration, the stream
+ * pool, the bounded queue, host interrupts, Philox, and the matrix
  * unit and random kernels against their references. Run under ASan+UBSan,
  * and under TSan for the thread-heavy parts. */
 #include "tpu/tpu.h"
 #include "kernels/kernels-impl.h"
+#include "vtpu/vtpu-impl.h"
 #include "test.h"
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <time.h>
 #include <unistd.h>
 
 #define HBM (64u << 20)   /* set before first use: 64 MiB chips */
@@ -457,9 +460,258 @@ static void test_second_device(void) {
     tpu_tensor t[2];
     tpu_tensor_contiguous(&t[0], a, TPU_F32, 1, &n);
     t[1] = tpu_tensor_scalar_f(1, TPU_F32);
-    CHECK(tpu_launch(tpu_stream_default(0), TPU_OP_FILL, t, 2, NULL) == TPU_ERROR_INVALID_VALUE);
+    CHECK(tpu_launch(tpu_stream_default(0), TPU_OP_FILL, t, 2, NULL) == TPU_ERROR_DEVICE_MISMATCH);
     CHECK(strstr(tpu_last_error(), "same device") != NULL);
     CHECK_OK(tpu_free(a));
+}
+
+/* ---- configuration, the stream pool, the bounded queue, interrupts ---- */
+
+static const char *const *fake_env;
+static const char *fake_get(const char *name) {
+    for (int i = 0; fake_env[i]; i += 2)
+        if (strcmp(fake_env[i], name) == 0) return fake_env[i + 1];
+    return NULL;
+}
+
+/* Every variable: accepted forms parse to the right value, everything else is
+ * an error naming the variable, its value and what is accepted. */
+static void test_config_parse(void) {
+    static const struct { const char *name, *val; long long want; } good[] = {
+        { "TPU_NUM_DEVICES", "1", 1 }, { "TPU_NUM_DEVICES", "16", 16 }, { "TPU_NUM_DEVICES", "007", 7 },
+        { "TPU_NUM_DEVICES", "", 1 },
+        { "TPU_HBM_BYTES", "1048576", 1 << 20 }, { "TPU_HBM_BYTES", "64M", 64 << 20 },
+        { "TPU_HBM_BYTES", "64MiB", 64 << 20 }, { "TPU_HBM_BYTES", "2g", 2LL << 30 },
+        { "TPU_HBM_BYTES", "1T", 1LL << 40 }, { "TPU_HBM_BYTES", "1048577", 1 << 20 },  /* page-rounded */
+        { "TPU_HBM_BYTES", "17592186040320", (1LL << 44) - 4096 },
+        { "TPU_NUM_WORKERS", "1", 1 }, { "TPU_NUM_WORKERS", "64", 64 },
+        { "TPU_MXU", "portable", 1 }, { "TPU_MXU", "auto", 0 },
+        { "TORCH_TPU_LAUNCH_BLOCKING", "1", -1 }, { "TORCH_TPU_CPU_FALLBACK", "0", -1 },
+        { "TORCH_TPU_DEFER_AND_FUSE", "0", -1 },
+    };
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        const char *env[] = { good[i].name, good[i].val, NULL };
+        fake_env = env;
+        tpu_config c;
+        tpu_status st = tpu_config_parse(fake_get, &c);
+        CHECK_MSG(st == TPU_OK, "%s=%s: %s", good[i].name, good[i].val, tpu_last_error());
+        long long got = strcmp(good[i].name, "TPU_NUM_DEVICES") == 0 ? c.num_devices
+                      : strcmp(good[i].name, "TPU_HBM_BYTES") == 0 ? (long long)c.hbm_bytes
+                      : strcmp(good[i].name, "TPU_NUM_WORKERS") == 0 ? c.num_workers
+                      : strcmp(good[i].name, "TPU_MXU") == 0 ? c.mxu_portable : -1;
+        CHECK_MSG(got == good[i].want, "%s=%s gave %lld", good[i].name, good[i].val, got);
+    }
+    static const struct { const char *name, *val, *accepted; } bad[] = {
+        { "TPU_NUM_DEVICES", "-1", "from 1 to 16" }, { "TPU_NUM_DEVICES", "0", "from 1 to 16" },
+        { "TPU_NUM_DEVICES", "99", "from 1 to 16" }, { "TPU_NUM_DEVICES", "17", "from 1 to 16" },
+        { "TPU_NUM_DEVICES", "abc", "from 1 to 16" }, { "TPU_NUM_DEVICES", " 2", "from 1 to 16" },
+        { "TPU_NUM_DEVICES", "2 ", "from 1 to 16" }, { "TPU_NUM_DEVICES", "+2", "from 1 to 16" },
+        { "TPU_NUM_DEVICES", "0x2", "from 1 to 16" }, { "TPU_NUM_DEVICES", "99999999999999999999999", "from 1 to 16" },
+        { "TPU_HBM_BYTES", "-1", "binary suffix" }, { "TPU_HBM_BYTES", "0", "from 1048576" },
+        { "TPU_HBM_BYTES", "1.5G", "binary suffix" }, { "TPU_HBM_BYTES", "1048575", "from 1048576" },
+        { "TPU_HBM_BYTES", "16T", "16T - 4K" }, { "TPU_HBM_BYTES", "12Q", "binary suffix" },
+        { "TPU_HBM_BYTES", "1GB", "binary suffix" }, { "TPU_HBM_BYTES", "G", "binary suffix" },
+        { "TPU_HBM_BYTES", "99999999999T", "binary suffix" }, { "TPU_HBM_BYTES", "1Gi", "binary suffix" },
+        { "TPU_NUM_WORKERS", "0", "from 1 to 64" }, { "TPU_NUM_WORKERS", "65", "from 1 to 64" },
+        { "TPU_NUM_WORKERS", "four", "from 1 to 64" },
+        { "TPU_MXU", "amx", "'auto' or 'portable'" }, { "TORCH_TPU_LAUNCH_BLOCKING", "yes", "0 or 1" },
+        { "TORCH_TPU_CPU_FALLBACK", "off", "0 or 1" }, { "TORCH_TPU_DEFER_AND_FUSE", "true", "0 or 1" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const char *env[] = { bad[i].name, bad[i].val, NULL };
+        fake_env = env;
+        tpu_config c;
+        char quoted[128];
+        snprintf(quoted, sizeof quoted, "%s='%s'", bad[i].name, bad[i].val);
+        CHECK_MSG(tpu_config_parse(fake_get, &c) == TPU_ERROR_INVALID_VALUE, "%s accepted", quoted);
+        CHECK_MSG(strstr(tpu_last_error(), quoted) && strstr(tpu_last_error(), bad[i].accepted),
+                  "%s: message '%s'", quoted, tpu_last_error());
+        CHECK(c.num_devices == 1 && c.hbm_bytes == (size_t)16 << 30);   /* defaults, never used by a chip */
+    }
+    /* Several bad values: every one is named. */
+    const char *env[] = { "TPU_NUM_DEVICES", "0", "TPU_HBM_BYTES", "1.5G", "TPU_NUM_WORKERS", "64", NULL };
+    fake_env = env;
+    tpu_config c;
+    CHECK(tpu_config_parse(fake_get, &c) == TPU_ERROR_INVALID_VALUE);
+    CHECK(strstr(tpu_last_error(), "TPU_NUM_DEVICES='0'") && strstr(tpu_last_error(), "TPU_HBM_BYTES='1.5G'"));
+    CHECK(c.num_workers == 64);
+    /* The process's own (valid) configuration. */
+    CHECK_OK(tpu_init());
+}
+
+static int count_threads(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    int n = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "Threads: %d", &n) == 1) break;
+    if (f) fclose(f);
+    return n;
+}
+
+static _Atomic int gate;   /* callbacks block while 0 */
+static void gate_cb(void *u) { (void)u; while (!atomic_load(&gate)) usleep(200); }
+static void count_cb(void *u) { atomic_fetch_add((_Atomic int *)u, 1); }
+
+/* Any number of streams map onto the fixed pool: ids stay in range, threads
+ * stay bounded, device synchronization covers all of them. */
+static void test_stream_pool(void) {
+    int before = count_threads();
+    tpu_stream_t first_low = NULL, first_high = NULL;
+    _Atomic int ran = 0;
+    atomic_store(&gate, 0);
+    tpu_stream_t gated = NULL;
+    for (int i = 0; i < 1500; i++) {
+        tpu_stream_t s;
+        bool high = i % 3 == 0;
+        CHECK_OK(tpu_stream_create(0, high ? -1 : 0, &s));
+        int64_t id = tpu_stream_id(s);
+        CHECK_MSG(high ? id > TPU_STREAM_POOL_SIZE && id <= 2 * TPU_STREAM_POOL_SIZE : id >= 1 && id <= TPU_STREAM_POOL_SIZE,
+                  "stream %d has id %lld", i, (long long)id);
+        CHECK(tpu_stream_priority(s) == (high ? -1 : 0));
+        CHECK(tpu_stream_from_id(0, id) == s);
+        if (!high && !first_low) first_low = s;
+        if (high && !first_high) first_high = s;
+        if (i == 1400) { gated = s; CHECK_OK(tpu_stream_add_callback(s, gate_cb, NULL)); }
+        CHECK_OK(tpu_stream_add_callback(s, count_cb, (void *)&ran));
+        if (i < 1400) CHECK_OK(tpu_stream_destroy(s));   /* waits for its queue, which a later stream may share */
+    }
+    int during = count_threads();
+    CHECK_MSG(during - before <= 2 * TPU_STREAM_POOL_SIZE + 1, "%d threads before, %d after 1500 streams", before, during);
+    CHECK(tpu_stream_query(gated) == TPU_ERROR_NOT_READY);
+    atomic_store(&gate, 1);
+    CHECK_OK(tpu_device_synchronize(0));
+    CHECK(atomic_load(&ran) == 1500);                  /* every stream's work, the 1401st's included */
+    CHECK(tpu_stream_from_id(0, 2 * TPU_STREAM_POOL_SIZE + 1) == NULL && tpu_stream_from_id(0, -1) == NULL);
+    CHECK(tpu_stream_from_id(7, 1) == NULL);
+    CHECK(first_low != first_high);
+}
+
+static _Atomic int launched;
+static void *launch_body(void *arg) {
+    tpu_stream_t s = arg;
+    for (int i = 0; i < TPU_STREAM_QUEUE_DEPTH + 100; i++) {
+        if (tpu_stream_add_callback(s, gate_cb, NULL)) return (void *)1;
+        atomic_fetch_add(&launched, 1);
+    }
+    return NULL;
+}
+
+/* A full queue makes the launching thread wait until a command completes. */
+static void test_queue_bound(void) {
+    tpu_stream_t s;
+    CHECK_OK(tpu_stream_create(0, 0, &s));
+    CHECK_OK(tpu_stream_synchronize(s));
+    atomic_store(&gate, 0);
+    atomic_store(&launched, 0);
+    pthread_t th;
+    pthread_create(&th, NULL, launch_body, s);
+    usleep(200000);
+    int n = atomic_load(&launched);
+    CHECK_MSG(n >= TPU_STREAM_QUEUE_DEPTH - 1 && n <= TPU_STREAM_QUEUE_DEPTH, "%d commands queued behind a blocked one", n);
+    atomic_store(&gate, 1);
+    void *r;
+    pthread_join(th, &r);
+    CHECK(r == NULL && atomic_load(&launched) == TPU_STREAM_QUEUE_DEPTH + 100);
+    CHECK_OK(tpu_stream_synchronize(s));
+}
+
+static _Atomic int interrupt_after;   /* the check says "interrupted" once this many calls have been made */
+static _Atomic int interrupt_calls;
+static bool test_interrupt_check(void) {
+    return atomic_fetch_add(&interrupt_calls, 1) + 1 >= atomic_load(&interrupt_after);
+}
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+/* Host waits give up when the interrupt check fires; the work keeps running,
+ * a copy whose caller gave up never runs, and the device stays usable. */
+static void test_interrupt(void) {
+    tpu_stream_t s;
+    CHECK_OK(tpu_stream_create(0, 0, &s));
+    void *d;
+    CHECK_OK(tpu_malloc(0, 4096, s, &d));
+    fill_f32(d, 1024, 5.0, s);
+    CHECK_OK(tpu_stream_synchronize(s));
+    atomic_store(&gate, 0);
+    CHECK_OK(tpu_stream_add_callback(s, gate_cb, NULL));
+    tpu_event_t e;
+    CHECK_OK(tpu_event_create(false, &e));
+    CHECK_OK(tpu_event_record(e, s));
+    atomic_store(&interrupt_calls, 0);
+    atomic_store(&interrupt_after, 3);
+    tpu_set_interrupt_check(test_interrupt_check);
+    double t0 = now_s();
+    CHECK(tpu_stream_synchronize(s) == TPU_ERROR_INTERRUPTED);
+    double dt = now_s() - t0;
+    CHECK_MSG(dt >= 0.1 && dt < 1.0, "interrupted after %.3f s (3 checks, 50 ms apart)", dt);
+    CHECK(strstr(tpu_last_error(), "interrupted") != NULL);
+    CHECK(tpu_interrupted());
+    /* Latched: later waits fail at once, without asking the check again. */
+    int calls = atomic_load(&interrupt_calls);
+    CHECK(tpu_event_synchronize(e) == TPU_ERROR_INTERRUPTED);
+    CHECK(tpu_device_synchronize(0) == TPU_ERROR_INTERRUPTED);
+    CHECK(atomic_load(&interrupt_calls) == calls);
+    tpu_interrupt_clear();
+    CHECK(!tpu_interrupted());
+    /* A read of device memory queued behind the blocked work: the copy is
+     * cancelled, the host buffer never written, the caller told. */
+    float h[4] = { -1, -1, -1, -1 };
+    atomic_store(&interrupt_after, 0);
+    CHECK(tpu_memcpy(h, d, sizeof h, TPU_COPY_D2H, s) == TPU_ERROR_INTERRUPTED);
+    tpu_interrupt_clear();
+    /* A launch into a full queue gives up too (the command is not queued). */
+    for (int i = 0; i < TPU_STREAM_QUEUE_DEPTH; i++)
+        if (tpu_stream_enqueued(s) - tpu_stream_completed(s) < TPU_STREAM_QUEUE_DEPTH)
+            CHECK_OK(tpu_stream_add_callback(s, count_cb, (void *)&interrupt_calls));
+    uint64_t queued = tpu_stream_enqueued(s);
+    CHECK(tpu_stream_add_callback(s, count_cb, NULL) == TPU_ERROR_INTERRUPTED);
+    CHECK(tpu_stream_enqueued(s) == queued);
+    tpu_interrupt_clear();
+    tpu_set_interrupt_check(NULL);
+    CHECK(tpu_event_query(e) == TPU_ERROR_NOT_READY);    /* nothing ran past the gate */
+    atomic_store(&gate, 1);
+    CHECK_OK(tpu_stream_synchronize(s));
+    CHECK_OK(tpu_event_synchronize(e));
+    CHECK(h[0] == -1 && h[3] == -1);                     /* the cancelled copy never ran */
+    CHECK_OK(tpu_memcpy(h, d, sizeof h, TPU_COPY_D2H, s));
+    CHECK(h[0] == 5.0f && h[3] == 5.0f);                 /* and the device still works */
+    CHECK_OK(tpu_event_destroy(e));
+    CHECK_OK(tpu_free(d));
+}
+
+/* Re-recording an event does not wait for its previous record; destroying
+ * one with a record still queued is safe. */
+static void test_event_rerecord(void) {
+    tpu_stream_t s1, s2;
+    CHECK_OK(tpu_stream_create(0, 0, &s1));
+    CHECK_OK(tpu_stream_create(0, 0, &s2));
+    atomic_store(&gate, 0);
+    CHECK_OK(tpu_stream_add_callback(s1, gate_cb, NULL));
+    tpu_event_t a, b, c;
+    CHECK_OK(tpu_event_create(true, &a));
+    CHECK_OK(tpu_event_create(true, &b));
+    CHECK_OK(tpu_event_create(true, &c));
+    CHECK_OK(tpu_event_record(a, s1));                   /* stuck behind the gate */
+    CHECK_OK(tpu_event_record(c, s1));
+    CHECK_OK(tpu_event_destroy(c));                      /* freed once its record has run */
+    double t0 = now_s();
+    CHECK_OK(tpu_event_record(a, s2));                   /* re-record elsewhere: returns at once */
+    CHECK_OK(tpu_event_record(b, s2));
+    CHECK(now_s() - t0 < 0.5);
+    CHECK_OK(tpu_event_synchronize(b));
+    CHECK_OK(tpu_event_query(a));                        /* the latest record counts */
+    float ms = -1;
+    CHECK_OK(tpu_event_elapsed_ms(a, b, &ms));
+    CHECK(ms >= 0 && ms < 500);
+    atomic_store(&gate, 1);
+    CHECK_OK(tpu_device_synchronize(0));
+    tpu_event_destroy(a);
+    tpu_event_destroy(b);
 }
 
 int main(int argc, char **argv) {
@@ -473,7 +725,12 @@ int main(int argc, char **argv) {
     RUN_TEST(test_stream_ordered_reuse);
     RUN_TEST(test_threads);
     RUN_TEST(test_async_error);
+    RUN_TEST(test_stream_pool);
+    RUN_TEST(test_queue_bound);
+    RUN_TEST(test_interrupt);
+    RUN_TEST(test_event_rerecord);
     if (!tsan_subset) {
+        RUN_TEST(test_config_parse);
         RUN_TEST(test_oom);
         RUN_TEST(test_fault_injection);
         RUN_TEST(test_copies_and_fill);

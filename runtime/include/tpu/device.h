@@ -1,7 +1,9 @@
-/* device.h - the vTPU chips: count, properties, current device.
+/* device.h - the vTPU chips: configuration, count, properties, current device.
  *
  * Chips are virtual: TPU_NUM_DEVICES (default 1) of them, each with
- * TPU_HBM_BYTES (default 16 GiB) of device memory reserved lazily.
+ * TPU_HBM_BYTES (default 16 GiB) of device memory reserved lazily. The
+ * environment is read once and strictly (README "Environment"): a bad value
+ * fails tpu_init() and every call that needs a chip, never a silent default.
  * Thread safety: all functions are thread-safe; the current device is per thread. */
 #ifndef TPU_DEVICE_H
 #define TPU_DEVICE_H
@@ -30,7 +32,11 @@ typedef struct tpu_device_props {
     int index;
 } tpu_device_props;
 
-/* Number of chips (reads TPU_NUM_DEVICES once). Never fails; >= 1. */
+/* Validate the configuration (once; later calls repeat the answer). On a bad
+ * environment variable: TPU_ERROR_INVALID_VALUE, the message naming each bad
+ * variable, its value and what is accepted. */
+tpu_status tpu_init(void);
+/* Number of chips (TPU_NUM_DEVICES). Never fails: 0 if tpu_init() fails. */
 int tpu_device_count(void);
 tpu_status tpu_device_get_props(int dev, tpu_device_props *out);
 /* Current device of the calling thread (default 0). */

@@ -65,6 +65,19 @@ typedef enum tpu_copy_kind {
  * Host buffers are borrowed: a pinned one must live until the copy has run. */
 tpu_status tpu_memcpy(void *dst, const void *src, size_t bytes, tpu_copy_kind kind, tpu_stream_t stream);
 tpu_status tpu_memcpy_async(void *dst, const void *src, size_t bytes, tpu_copy_kind kind, tpu_stream_t stream);
+/* The raw forms above take whole allocations: a device pointer must be the
+ * start of a live allocation of at least `bytes` (else TPU_ERROR_INVALID_VALUE).
+ *
+ * Copy between two contiguous views (struct tpu_tensor, ops.h) of equal byte
+ * size: base is the start of the whole storage (device address, or host
+ * pointer for the host side), nbytes the storage's current size, offset in
+ * elements. Each view is validated against its storage, and a device
+ * storage against the allocator, before a byte moves (the same check
+ * tpu_launch runs): an out-of-bounds view is an error, never a stray write.
+ * Synchronous unless `async` (same rules as tpu_memcpy_async). Views borrowed. */
+struct tpu_tensor;
+tpu_status tpu_memcpy_view(const struct tpu_tensor *dst, const struct tpu_tensor *src, tpu_copy_kind kind,
+                           tpu_stream_t stream, bool async);
 
 #ifdef __cplusplus
 }

@@ -19,11 +19,13 @@
 extern "C" {
 #endif
 
-#define TPU_MAX_DIMS 8
+/* PyTorch's own limit for device kernels (CUDA's MAX_DIMS). Kernels drop
+ * size-1 dims and merge contiguous ones, so rank costs nothing at run time. */
+#define TPU_MAX_DIMS 25
 #define TPU_MAX_OPERANDS 8
 
 typedef enum tpu_op {
-#define TPU_OP(e, name, fam, nout, nmin, nmax) TPU_OP_##e,
+#define TPU_OP(e, name, fam, nout, nmin, nmax, ...) TPU_OP_##e,
 #include "ops.def"
 #undef TPU_OP
     TPU_OP_COUNT
@@ -31,7 +33,7 @@ typedef enum tpu_op {
 
 typedef enum tpu_op_family {
     TPU_FAM_EW, TPU_FAM_RED, TPU_FAM_SCAN, TPU_FAM_GEMM, TPU_FAM_SOFTMAX, TPU_FAM_LOSS,
-    TPU_FAM_NORM, TPU_FAM_INDEX, TPU_FAM_RANDOM, TPU_FAM_OPTIM, TPU_FAM_SHAPE, TPU_FAM_COUNT
+    TPU_FAM_NORM, TPU_FAM_INDEX, TPU_FAM_RANDOM, TPU_FAM_OPTIM, TPU_FAM_SHAPE, TPU_FAM_RNN, TPU_FAM_COUNT
 } tpu_op_family;
 
 /* Same order as c10::ScalarType's first entries is NOT assumed; the glue maps. */

@@ -22,6 +22,8 @@ typedef enum tpu_status {
     TPU_ERROR_NOT_SUPPORTED,    /* op/dtype combination has no kernel */
     TPU_ERROR_FORKED,           /* runtime used in a forked child after init */
     TPU_ERROR_INTERNAL,
+    TPU_ERROR_DEVICE_MISMATCH,  /* operands on different chips (PyTorch raises RuntimeError) */
+    TPU_ERROR_INTERRUPTED,      /* a host wait was interrupted (SIGINT); the work still runs */
     TPU_STATUS_COUNT
 } tpu_status;
 

@@ -47,6 +47,7 @@ tpu_status tpu_k_index(tpu_kargs *a);
 tpu_status tpu_k_random(tpu_kargs *a);
 tpu_status tpu_k_optim(tpu_kargs *a);
 tpu_status tpu_k_shape(tpu_kargs *a);
+tpu_status tpu_k_rnn(tpu_kargs *a);
 /* Reference: one naive implementation of every op, never fast, never fused.
  * tpu_ref_run dispatches by family to tpu_ref_<family> (ref/ref_<family>.c). */
 tpu_status tpu_ref_run(tpu_kargs *a);
@@ -61,6 +62,10 @@ tpu_status tpu_ref_index(tpu_kargs *a);
 tpu_status tpu_ref_random(tpu_kargs *a);
 tpu_status tpu_ref_optim(tpu_kargs *a);
 tpu_status tpu_ref_shape(tpu_kargs *a);
+tpu_status tpu_ref_rnn(tpu_kargs *a);
+/* Operand checks of an RNN-family launch, shared by the fast and reference
+ * kernels (ref/ref_rnn.c): *B, *H are the batch and hidden sizes. */
+tpu_status tpu_rnn_check(tpu_kargs *a, int64_t *B, int64_t *H);
 /* Run the fast kernel of a.op (dispatch by family). */
 tpu_status tpu_kernel_run(tpu_kargs *a);
 

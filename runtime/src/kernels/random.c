@@ -7,10 +7,17 @@
  * double normal. So element i depends on (seed, offset, i) only, whatever
  * the tiling, thread count or mode. The per-element function is shared by
  * the fast kernel (parallel, block cache, contiguous store) and the
- * reference (serial, one block per element, generic store). */
+ * reference (serial, one block per element, generic store).
+ *
+ * Ranges hold in the output dtype, not in double: uniform's bounds are first
+ * rounded to the dtype (as PyTorch does), and a draw that rounds up to `to`
+ * becomes the dtype's largest value below `to` (for bf16 [0, 1) about one draw
+ * in 512 rounds up; moving it one ulp down shifts the mean by 2^-17, where
+ * PyTorch's "== to ? from" puts all of them on `from`). */
 #include "kernels-impl.h"
 #include "random-impl.h"
 #include <math.h>
+#include <stdatomic.h>
 
 static int words_per_elem(const tpu_kargs *a) {
     bool f64 = a->t[0].dtype == TPU_F64;
@@ -20,6 +27,49 @@ static int words_per_elem(const tpu_kargs *a) {
     case TPU_OP_RAND_UNIFORM: return f64 ? 2 : 1;
     default: return 1;
     }
+}
+
+/* v rounded to the float dtype dt exactly as tpu_store_f64 will round it. */
+static double round_to(tpu_dtype dt, double v) {
+    switch (dt) {
+    case TPU_F32: return (float)v;
+    case TPU_F16: return tpu_f16_to_f32(tpu_f32_to_f16((float)v));
+    case TPU_BF16: return tpu_bf16_to_f32(tpu_f32_to_bf16((float)v));
+    default: return v;
+    }
+}
+
+/* The largest value of float dtype dt below x (x representable in dt, finite). */
+static double below(tpu_dtype dt, double x) {
+    switch (dt) {
+    case TPU_F32: return nextafterf((float)x, -INFINITY);
+    case TPU_F16: case TPU_BF16: {
+        uint16_t h = dt == TPU_F16 ? tpu_f32_to_f16((float)x) : tpu_f32_to_bf16((float)x);
+        if ((h & 0x7fffu) == 0) h = 0x8001u;       /* +-0: the negative subnormal nearest 0 */
+        else if (h & 0x8000u) h++;                 /* negative: one step away from 0 */
+        else h--;                                  /* positive: one step towards 0 */
+        return dt == TPU_F16 ? tpu_f16_to_f32(h) : tpu_bf16_to_f32(h);
+    }
+    default: return nextafter(x, -INFINITY);
+    }
+}
+
+/* A uniform draw u in [0, 1) mapped to [from, to) of dtype dt. */
+static double uniform_in(tpu_dtype dt, double from, double to, double u) {
+    from = round_to(dt, from);
+    to = round_to(dt, to);
+    double v = round_to(dt, from + u * (to - from));
+    if (v >= to) {
+        v = below(dt, to);
+        if (v < from) v = from;                   /* from == to: the only value there is */
+    }
+    return v;
+}
+
+/* Draws of random_ over [i2, i3), or [i2, i3] when i4 != 0 (ranges that end
+ * at INT64_MAX; [INT64_MIN, INT64_MAX] is all 2^64 values). */
+static uint64_t int_range(const tpu_params *p) {
+    return (uint64_t)p->i[3] - (uint64_t)p->i[2] + (p->i[4] ? 1u : 0u);   /* 0: 2^64 */
 }
 
 static double unit_from(const uint32_t *w, bool f64) {
@@ -38,13 +88,9 @@ void tpu_random_element(const tpu_kargs *a, int64_t i, tpu_rand_cache *cache, do
     const uint32_t *w = cache->w + (word % 4);
     bool f64 = a->t[0].dtype == TPU_F64;
     switch (a->op) {
-    case TPU_OP_RAND_UNIFORM: {
-        double from = a->p.f[0], to = a->p.f[1];
-        double v = from + unit_from(w, f64) * (to - from);
-        if (!f64 && v >= to) v = from;     /* rounding to a narrower dtype must not give `to` */
-        *fv = v;
+    case TPU_OP_RAND_UNIFORM:
+        *fv = uniform_in((tpu_dtype)a->t[0].dtype, a->p.f[0], a->p.f[1], unit_from(w, f64));
         break;
-    }
     case TPU_OP_RAND_NORMAL: {
         double u1 = 1.0 - unit_from(w, f64), u2 = unit_from(w + (f64 ? 2 : 1), f64);
         *fv = a->p.f[0] + a->p.f[1] * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
@@ -54,9 +100,9 @@ void tpu_random_element(const tpu_kargs *a, int64_t i, tpu_rand_cache *cache, do
         *fv = tpu_u32_to_unit_float(w[0]) < p_override;
         break;
     case TPU_OP_RAND_INT: {
-        uint64_t range = (uint64_t)(a->p.i[3] - a->p.i[2]);
+        uint64_t range = int_range(&a->p);
         uint64_t x = ((uint64_t)w[1] << 32) | w[0];
-        *iv = a->p.i[2] + (int64_t)(range ? x % range : 0);
+        *iv = (int64_t)((uint64_t)a->p.i[2] + (range ? x % range : x));
         break;
     }
     default: break;
@@ -73,16 +119,17 @@ static double bern_p(const tpu_kargs *a, const int64_t *idx) {
     return tpu_load_f64(tpu_elem_ptr(p, off), (tpu_dtype)p->dtype);
 }
 
-void tpu_random_store(const tpu_kargs *a, int64_t i, const int64_t *idx, tpu_rand_cache *cache) {
+bool tpu_random_store(const tpu_kargs *a, int64_t i, const int64_t *idx, tpu_rand_cache *cache) {
     const tpu_tensor *o = &a->t[0];
     int64_t off = 0;
     for (int d = 0; d < o->ndim; d++) off += idx[d] * o->strides[d];
     char *dst = tpu_elem_ptr(o, off);
-    double fv = 0;
+    double fv = 0, p = a->op == TPU_OP_RAND_BERNOULLI ? bern_p(a, idx) : 0.0;
     int64_t iv = 0;
-    tpu_random_element(a, i, cache, a->op == TPU_OP_RAND_BERNOULLI ? bern_p(a, idx) : 0.0, &fv, &iv);
+    tpu_random_element(a, i, cache, p, &fv, &iv);
     if (a->op == TPU_OP_RAND_INT) tpu_store_i64(dst, (tpu_dtype)o->dtype, iv);
     else tpu_store_f64(dst, (tpu_dtype)o->dtype, fv);
+    return p >= 0 && p <= 1;
 }
 
 static bool is_contiguous(const tpu_tensor *t) {
@@ -94,8 +141,11 @@ static bool is_contiguous(const tpu_tensor *t) {
     return true;
 }
 
+typedef struct rand_job { const tpu_kargs *a; atomic_bool bad_p; } rand_job;
+
 static void chunk(void *ctx, int64_t b, int64_t e) {
-    const tpu_kargs *a = ctx;
+    rand_job *j = ctx;
+    const tpu_kargs *a = j->a;
     const tpu_tensor *o = &a->t[0];
     tpu_rand_cache cache = { 0 };
     bool scalar_p = a->op != TPU_OP_RAND_BERNOULLI || a->n < 2 || a->t[1].is_scalar;
@@ -112,20 +162,41 @@ static void chunk(void *ctx, int64_t b, int64_t e) {
     }
     int64_t idx[TPU_MAX_DIMS], rem = b;
     for (int d = o->ndim - 1; d >= 0; d--) { idx[d] = rem % o->sizes[d]; rem /= o->sizes[d]; }
+    bool ok = true;
     for (int64_t i = b; i < e; i++) {
-        tpu_random_store(a, i, idx, &cache);
+        ok &= tpu_random_store(a, i, idx, &cache);
         for (int d = o->ndim - 1; d >= 0; d--) {
             if (++idx[d] < o->sizes[d]) break;
             idx[d] = 0;
         }
     }
+    if (!ok) atomic_store_explicit(&j->bad_p, true, memory_order_relaxed);
+}
+
+tpu_status tpu_random_bad_p(tpu_kargs *a) {
+    return tpu_kernel_fail(a, "bernoulli_: Expected p_in >= 0 && p_in <= 1 to be true, but got false.");
+}
+
+tpu_status tpu_random_check(tpu_kargs *a) {
+    if (a->op == TPU_OP_RAND_INT && (a->p.i[4] ? a->p.i[3] < a->p.i[2] : a->p.i[3] <= a->p.i[2]))
+        return tpu_kernel_fail(a, "random_ expects 'from' to be less than 'to', but got from=%lld >= to=%lld",
+                               (long long)a->p.i[2], (long long)a->p.i[3]);
+    if (a->op == TPU_OP_RAND_BERNOULLI && (a->n < 2 || a->t[1].is_scalar)) {
+        double p = a->n < 2 ? a->p.f[0] : a->t[1].f;
+        if (!(p >= 0 && p <= 1)) return tpu_kernel_fail(a, "bernoulli_ expects p to be in [0, 1], but got p=%g", p);
+    }
+    if (a->op == TPU_OP_RAND_UNIFORM && !(a->p.f[0] <= a->p.f[1]))
+        return tpu_kernel_fail(a, "uniform_ expects to return a [from, to) range, but found from=%g > to=%g",
+                               a->p.f[0], a->p.f[1]);
+    return TPU_OK;
 }
 
 tpu_status tpu_k_random(tpu_kargs *a) {
     int64_t n = tpu_tensor_numel(&a->t[0]);
-    if (a->op == TPU_OP_RAND_INT && a->p.i[3] <= a->p.i[2])
-        return tpu_kernel_fail(a, "random_ expects 'from' to be less than 'to', but got from=%lld >= to=%lld",
-                               (long long)a->p.i[2], (long long)a->p.i[3]);
-    tpu_parallel_for(n, 1 << 14, chunk, a);
-    return TPU_OK;
+    tpu_status s = tpu_random_check(a);
+    if (s) return s;
+    rand_job j = { .a = a };
+    atomic_init(&j.bad_p, false);
+    tpu_parallel_for(n, 1 << 14, chunk, &j);
+    return atomic_load_explicit(&j.bad_p, memory_order_relaxed) ? tpu_random_bad_p(a) : TPU_OK;
 }

@@ -46,13 +46,15 @@ tpu_status tpu_ref_gemm(tpu_kargs *a) {
 
 tpu_status tpu_ref_random(tpu_kargs *a) {
     const tpu_tensor *o = &a->t[0];
-    if (a->op == TPU_OP_RAND_INT && a->p.i[3] <= a->p.i[2]) return tpu_kernel_fail(a, "random_: from >= to");
+    tpu_status s = tpu_random_check(a);
+    if (s) return s;
     int64_t n = tpu_tensor_numel(o), idx[TPU_MAX_DIMS];
+    bool ok = true;
     for (int64_t i = 0; i < n; i++) {
         int64_t rem = i;
         for (int d = o->ndim - 1; d >= 0; d--) { idx[d] = rem % o->sizes[d]; rem /= o->sizes[d]; }
         tpu_rand_cache fresh = { 0 };          /* no reuse: one block per element */
-        tpu_random_store(a, i, idx, &fresh);
+        ok &= tpu_random_store(a, i, idx, &fresh);
     }
-    return TPU_OK;
+    return ok ? TPU_OK : tpu_random_bad_p(a);
 }

@@ -296,6 +296,26 @@ tpu_status tpu_free(void *devptr) {
     return TPU_OK;
 }
 
+/* The storage [devptr, devptr + nbytes) must be a live block of at least
+ * nbytes (requested size): see view.c. */
+tpu_status tpu_alloc_check_live(const void *devptr, size_t nbytes, const char *what, int k) {
+    tpu_chip *c = NULL; struct tpu_alloc *a = NULL; uintptr_t off = 0;
+    tpu_status s = lookup(devptr, &c, &a, &off);
+    if (s) return s;
+    pthread_mutex_lock(&a->mu);
+    block *b = find_block(a, off);
+    bool live = b && b->live;
+    size_t have = live ? b->requested : 0;
+    pthread_mutex_unlock(&a->mu);
+    if (!live)
+        return tpu_set_error(TPU_ERROR_INVALID_VALUE, "%s: operand %d: %p is not the start of a live tpu allocation "
+                             "(freed, or a pointer into the middle of one)", what, k, devptr);
+    if (nbytes > have)
+        return tpu_set_error(TPU_ERROR_INVALID_VALUE, "%s: operand %d: storage of %zu bytes claimed, but the "
+                             "allocation at %p holds %zu bytes", what, k, nbytes, devptr, have);
+    return TPU_OK;
+}
+
 tpu_status tpu_mem_record_stream(void *devptr, tpu_stream_t stream) {
     tpu_chip *c = NULL; struct tpu_alloc *a = NULL; uintptr_t off = 0;
     tpu_status s = lookup(devptr, &c, &a, &off);
@@ -356,19 +376,4 @@ tpu_status tpu_mem_get_info(int dev, size_t *free_bytes, size_t *total_bytes) {
     *free_bytes = st.capacity - st.reserved;
     *total_bytes = st.capacity;
     return TPU_OK;
-}
-
-/* A destroyed stream has run all its work: blocks that wait on it no longer need to. */
-void tpu_alloc_forget_stream(int dev, tpu_stream_t s) {
-    tpu_chip *c;
-    if (tpu_chip_get(dev, &c)) return;
-    struct tpu_alloc *a = c->alloc;
-    pthread_mutex_lock(&a->mu);
-    for (int h = 0; h < NBUCKETS; h++)
-        for (block *b = a->by_addr[h]; b; b = b->hnext) {
-            if (b->stream == s) b->stream = NULL;
-            for (int k = 0; k < b->nuses; k++)
-                if (b->use_stream[k] == s) b->use_stream[k] = NULL;
-        }
-    pthread_mutex_unlock(&a->mu);
 }

@@ -8,6 +8,7 @@
 #define _GNU_SOURCE
 #include "vtpu-impl.h"
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
 
@@ -73,43 +74,61 @@ tpu_status tpu_host_free(void *p) {
     return TPU_OK;
 }
 
-static tpu_status resolve(void *dst, const void *src, size_t bytes, tpu_copy_kind kind,
-                          void **hd, const void **hs, const void **host_side) {
-    bool dst_dev = kind == TPU_COPY_H2D || kind == TPU_COPY_D2D;
-    bool src_dev = kind == TPU_COPY_D2H || kind == TPU_COPY_D2D;
-    if ((unsigned)kind >= TPU_COPY_KIND_COUNT) return tpu_set_error(TPU_ERROR_INVALID_VALUE, "bad copy kind %d", kind);
-    *hd = dst_dev ? tpu_dev_to_host(dst) : dst;
-    *hs = src_dev ? tpu_dev_to_host(src) : src;
-    if (!*hd || !*hs) return tpu_set_error(TPU_ERROR_INVALID_VALUE, "tpu_memcpy: %s pointer %p is not a tpu device address",
-                                           !*hd ? "destination" : "source", !*hd ? dst : src);
-    /* Bounds: the whole range must lie in the chip's memory. */
-    for (int k = 0; k < 2; k++) {
-        const void *dp = k == 0 ? (const void *)dst : src;
-        bool is_dev = k == 0 ? dst_dev : src_dev;
-        if (!is_dev) continue;
-        int dev = tpu_mem_device_of(dp);
-        tpu_chip *c;
-        tpu_status s = tpu_chip_get(dev, &c);
-        if (s) return s;
-        uintptr_t off = (uintptr_t)dp & (((uintptr_t)1 << TPU_DEVADDR_SHIFT) - 1);
-        if (off + bytes < off || off + bytes > c->capacity)
-            return tpu_set_error(TPU_ERROR_INVALID_VALUE, "tpu_memcpy: %zu bytes at %p run past the end of device memory", bytes, dp);
+/* True if the view is dense row-major (a plain byte range). */
+static bool view_contiguous(const tpu_tensor *t) {
+    int64_t expect = 1;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        if (t->sizes[d] == 1) continue;
+        if (t->strides[d] != expect) return false;
+        expect *= t->sizes[d];
     }
-    *host_side = kind == TPU_COPY_H2D ? src : kind == TPU_COPY_D2H ? dst : NULL;
+    return true;
+}
+
+/* Validate both sides through the shared view check (view.c) and resolve the
+ * host addresses and byte count of the copy. *dev: the device whose stream
+ * orders the copy (the destination's for H2D, the source's otherwise). */
+static tpu_status resolve(tpu_tensor *dst, tpu_tensor *src, tpu_copy_kind kind,
+                          void **hd, const void **hs, size_t *bytes, int *dev) {
+    if ((unsigned)kind >= TPU_COPY_KIND_COUNT) return tpu_set_error(TPU_ERROR_INVALID_VALUE, "bad copy kind %d", kind);
+    const bool on_dev[2] = { kind == TPU_COPY_H2D || kind == TPU_COPY_D2D, kind == TPU_COPY_D2H || kind == TPU_COPY_D2D };
+    static const char *const what[2] = { "tpu_memcpy (destination)", "tpu_memcpy (source)" };
+    tpu_tensor *v[2] = { dst, src };
+    int vdev[2] = { -1, -1 };
+    int64_t n[2];
+    char *p[2];
+    for (int k = 0; k < 2; k++) {
+        if (v[k]->is_scalar || !view_contiguous(v[k]))
+            return tpu_set_error(TPU_ERROR_INVALID_VALUE, "%s: the view must be a contiguous tensor", what[k]);
+        int64_t off = v[k]->offset;
+        tpu_status s = tpu_view_check(what[k], k, v[k], on_dev[k], &vdev[k]);
+        if (s) return s;
+        size_t es = tpu_dtype_size((tpu_dtype)v[k]->dtype);
+        n[k] = tpu_tensor_numel(v[k]) * (int64_t)es;   /* in bounds, so no overflow */
+        p[k] = v[k]->base ? (char *)v[k]->base + (size_t)off * es : NULL;
+    }
+    if (n[0] != n[1])
+        return tpu_set_error(TPU_ERROR_INVALID_VALUE, "tpu_memcpy: destination has %lld bytes, source %lld",
+                             (long long)n[0], (long long)n[1]);
+    *hd = p[0];
+    *hs = p[1];
+    *bytes = (size_t)n[0];
+    *dev = kind == TPU_COPY_H2D ? vdev[0] : vdev[1];
     return TPU_OK;
 }
 
-static tpu_status do_copy(void *dst, const void *src, size_t bytes, tpu_copy_kind kind, tpu_stream_t stream, bool async) {
+static tpu_status do_copy(tpu_tensor dst, tpu_tensor src, tpu_copy_kind kind, tpu_stream_t stream, bool async) {
     tpu_status s = tpu_check_fork();
     if (s) return s;
-    if (bytes == 0) return TPU_OK;
-    void *hd = NULL; const void *hs = NULL, *host_side = NULL;
-    s = resolve(dst, src, bytes, kind, &hd, &hs, &host_side);
+    void *hd = NULL; const void *hs = NULL;
+    size_t bytes = 0;
+    int dev = -1;
+    s = resolve(&dst, &src, kind, &hd, &hs, &bytes, &dev);
     if (s) return s;
-    if (!stream) {
-        int dev = tpu_mem_device_of(kind == TPU_COPY_H2D ? dst : src);
-        stream = tpu_stream_current(dev);
-    }
+    if (bytes == 0) return TPU_OK;
+    const void *host_side = kind == TPU_COPY_H2D ? hs : kind == TPU_COPY_D2H ? (const void *)hd : NULL;
+    if (!stream) stream = tpu_stream_current(dev);
+    if (!stream) return tpu_set_error(TPU_ERROR_INVALID_DEVICE, "no stream for device %d", dev);
     tpu_cmd *c = tpu_cmd_new(TPU_CMD_COPY);
     if (!c) return tpu_set_error(TPU_ERROR_OUT_OF_MEMORY, "out of host memory");
     c->u.copy.dst = hd;
@@ -138,15 +157,41 @@ static tpu_status do_copy(void *dst, const void *src, size_t bytes, tpu_copy_kin
     bool wait = !async || (host_side && !pinned_host) || tpu_get_launch_blocking();
     if (wait) {
         tpu_stream_wait_seq(stream, seq);
+        /* An interrupted wait cancelled the copy: say so now, not at the next sync. */
+        if (tpu_interrupted())
+            return tpu_set_error(TPU_ERROR_INTERRUPTED, "copy of %zu bytes interrupted before it ran", bytes);
         if (!async || tpu_get_launch_blocking()) return tpu_stream_synchronize(stream);
     }
     return TPU_OK;
 }
 
+/* A raw pointer copy as a view copy: each device side must be a whole live
+ * allocation (its start, at least `bytes` long); the host side is trusted for
+ * `bytes`. */
+static tpu_tensor raw_view(const void *p, size_t bytes) {
+    tpu_tensor t;
+    memset(&t, 0, sizeof t);
+    t.base = (void *)p;
+    t.nbytes = bytes;
+    t.dtype = TPU_U8;
+    t.ndim = 1;
+    t.sizes[0] = (int64_t)bytes;
+    t.strides[0] = 1;
+    return t;
+}
+
 tpu_status tpu_memcpy(void *dst, const void *src, size_t bytes, tpu_copy_kind kind, tpu_stream_t stream) {
-    return do_copy(dst, src, bytes, kind, stream, false);
+    if (bytes > INT64_MAX) return tpu_set_error(TPU_ERROR_OVERFLOW, "tpu_memcpy: %zu bytes", bytes);
+    return do_copy(raw_view(dst, bytes), raw_view(src, bytes), kind, stream, false);
 }
 
 tpu_status tpu_memcpy_async(void *dst, const void *src, size_t bytes, tpu_copy_kind kind, tpu_stream_t stream) {
-    return do_copy(dst, src, bytes, kind, stream, true);
+    if (bytes > INT64_MAX) return tpu_set_error(TPU_ERROR_OVERFLOW, "tpu_memcpy_async: %zu bytes", bytes);
+    return do_copy(raw_view(dst, bytes), raw_view(src, bytes), kind, stream, true);
+}
+
+tpu_status tpu_memcpy_view(const tpu_tensor *dst, const tpu_tensor *src, tpu_copy_kind kind, tpu_stream_t stream,
+                           bool async) {
+    if (!dst || !src) return tpu_set_error(TPU_ERROR_INVALID_VALUE, "tpu_memcpy_view: NULL view");
+    return do_copy(*dst, *src, kind, stream, async);
 }

@@ -1,5 +1,6 @@
-/* device.c - the vTPU chips: discovery, lazy bring-up of device memory,
- * properties, the per-thread current device, and fork safety.
+/* device.c - the vTPU chips: configuration from the environment, discovery,
+ * lazy bring-up of device memory, properties, the per-thread current device,
+ * and fork safety.
  *
  * A chip's memory is one anonymous MAP_NORESERVE mapping of TPU_HBM_BYTES:
  * pages cost RAM only once touched, so an idle chip is free. Host code sees
@@ -21,16 +22,127 @@ static atomic_bool any_initialized;
 static atomic_bool forked_child;
 static _Thread_local int cur_dev;
 
-size_t tpu_env_size(const char *name, size_t dflt) {
-    const char *v = getenv(name);
-    if (!v || !*v) return dflt;
-    char *end;
-    unsigned long long x = strtoull(v, &end, 10);
-    if (end == v) return dflt;
-    if (*end == 'k' || *end == 'K') x <<= 10;
-    else if (*end == 'm' || *end == 'M') x <<= 20;
-    else if (*end == 'g' || *end == 'G') x <<= 30;
-    return (size_t)x;
+/* ---- configuration ----
+ * Every environment variable the runtime reads is parsed here, strictly, once.
+ * A bad value is never replaced by a default: it makes tpu_init() (and every
+ * entry that needs a chip) fail with a message naming the variable, its value
+ * and what is accepted. Unset or empty means the default. */
+
+#define KIB ((uint64_t)1 << 10)
+#define HBM_MIN ((uint64_t)1 << 20)
+#define HBM_MAX (((uint64_t)1 << TPU_DEVADDR_SHIFT) - 4096)   /* device addresses have 44 offset bits */
+#define MAX_WORKERS 64
+
+/* Decimal digits only (no sign, space or base prefix); false on overflow. */
+static bool parse_digits(const char **p, uint64_t *out) {
+    const char *s = *p;
+    uint64_t x = 0;
+    if (*s < '0' || *s > '9') return false;
+    for (; *s >= '0' && *s <= '9'; s++)
+        if (__builtin_mul_overflow(x, 10, &x) || __builtin_add_overflow(x, (uint64_t)(*s - '0'), &x)) return false;
+    *p = s;
+    *out = x;
+    return true;
+}
+
+/* "<digits>[K|M|G|T][iB]", binary multiples, case-insensitive. */
+static bool parse_size(const char *s, uint64_t *out) {
+    uint64_t x;
+    if (!parse_digits(&s, &x)) return false;
+    static const char units[] = "kmgt";
+    int shift = 0;
+    if (*s) {
+        const char *u = strchr(units, *s | 0x20);
+        if (!u || !*u) return false;
+        shift = 10 * (int)(u - units + 1);
+        s++;
+        if ((s[0] | 0x20) == 'i' && (s[1] | 0x20) == 'b') s += 2;
+    }
+    if (*s || (shift && x > (UINT64_MAX >> shift))) return false;
+    *out = x << shift;
+    return true;
+}
+
+typedef struct cfg_err { char msg[1024]; size_t len; int n; } cfg_err;
+
+static void cfg_bad(cfg_err *e, const char *name, const char *val, const char *accepted) {
+    int w = snprintf(e->msg + e->len, sizeof e->msg - e->len, "%s%s='%.64s' is not valid: expected %s",
+                     e->n++ ? "; " : "invalid tpu configuration: ", name, val, accepted);
+    if (w > 0) e->len = e->len + (size_t)w < sizeof e->msg ? e->len + (size_t)w : sizeof e->msg - 1;
+}
+
+static void cfg_int(cfg_err *e, const char *(*get)(const char *), const char *name, uint64_t lo, uint64_t hi,
+                    const char *what, int *out) {
+    const char *v = get(name);
+    if (!v || !*v) return;
+    const char *p = v;
+    uint64_t x;
+    if (parse_digits(&p, &x) && !*p && x >= lo && x <= hi) { *out = (int)x; return; }
+    char acc[160];
+    snprintf(acc, sizeof acc, "an integer from %llu to %llu (%s)", (unsigned long long)lo, (unsigned long long)hi, what);
+    cfg_bad(e, name, v, acc);
+}
+
+static void cfg_choice(cfg_err *e, const char *(*get)(const char *), const char *name, const char *const *choices,
+                       const char *accepted, int *out) {
+    const char *v = get(name);
+    if (!v || !*v) return;
+    for (int i = 0; choices[i]; i++)
+        if (strcmp(v, choices[i]) == 0) { *out = i; return; }
+    cfg_bad(e, name, v, accepted);
+}
+
+tpu_status tpu_config_parse(const char *(*get)(const char *name), tpu_config *out) {
+    cfg_err e = { .len = 0, .n = 0 };
+    e.msg[0] = 0;
+    *out = (tpu_config){ .num_devices = 1, .hbm_bytes = (size_t)16 << 30, .num_workers = 0, .mxu_portable = false };
+    cfg_int(&e, get, "TPU_NUM_DEVICES", 1, TPU_MAX_DEVICES, "the number of virtual tpu chips", &out->num_devices);
+    const char *v = get("TPU_HBM_BYTES");
+    uint64_t hbm;
+    if (v && *v) {
+        if (parse_size(v, &hbm) && hbm >= HBM_MIN && hbm <= HBM_MAX) out->hbm_bytes = (size_t)(hbm & ~(KIB * 4 - 1));
+        else cfg_bad(&e, "TPU_HBM_BYTES", v,
+                     "a whole number of bytes from 1048576 (1M) to 17592186040320 (16T - 4K), optionally with a "
+                     "binary suffix K, M, G or T (or KiB, MiB, GiB, TiB), e.g. 16G");
+    }
+    cfg_int(&e, get, "TPU_NUM_WORKERS", 1, MAX_WORKERS, "compute threads per process", &out->num_workers);
+    static const char *const mxu[] = { "auto", "portable", NULL };
+    int m = 0;
+    cfg_choice(&e, get, "TPU_MXU", mxu, "'auto' or 'portable'", &m);
+    out->mxu_portable = m == 1;
+    static const char *const flag[] = { "0", "1", NULL };
+    int f = 0;
+    cfg_choice(&e, get, "TORCH_TPU_LAUNCH_BLOCKING", flag, "0 or 1", &f);
+    /* Read by the Python package and the C++ glue; validated here so that
+     * every bad value is reported the same way, at the same point. */
+    cfg_choice(&e, get, "TORCH_TPU_CPU_FALLBACK", flag, "0 or 1", &f);
+    cfg_choice(&e, get, "TORCH_TPU_DEFER_AND_FUSE", flag, "0 or 1", &f);
+    if (e.n) return tpu_set_error(TPU_ERROR_INVALID_VALUE, "%s", e.msg);
+    return TPU_OK;
+}
+
+static const char *env_get(const char *name) { return getenv(name); }
+
+static tpu_config config;
+static tpu_status config_status;
+static char config_msg[1024];
+static pthread_once_t config_once = PTHREAD_ONCE_INIT;
+
+static void config_init(void) {
+    config_status = tpu_config_parse(env_get, &config);
+    if (config_status) snprintf(config_msg, sizeof config_msg, "%s", tpu_last_error());
+}
+
+const tpu_config *tpu_config_get(tpu_status *st) {
+    pthread_once(&config_once, config_init);
+    if (st) *st = config_status;
+    return &config;
+}
+
+tpu_status tpu_init(void) {
+    tpu_status st;
+    tpu_config_get(&st);
+    return st ? tpu_set_error(st, "%s", config_msg) : TPU_OK;
 }
 
 static void atfork_child(void) {
@@ -39,10 +151,9 @@ static void atfork_child(void) {
 }
 
 static void count_init(void) {
-    size_t n = tpu_env_size("TPU_NUM_DEVICES", 1);
-    if (n < 1) n = 1;
-    if (n > TPU_MAX_DEVICES) n = TPU_MAX_DEVICES;
-    num_chips = (int)n;
+    tpu_status st;
+    const tpu_config *cfg = tpu_config_get(&st);
+    num_chips = st ? 0 : cfg->num_devices;
     for (int d = 0; d < TPU_MAX_DEVICES; d++) {
         chips[d].index = d;
         chips[d].once = (pthread_once_t)PTHREAD_ONCE_INIT;
@@ -70,10 +181,7 @@ tpu_status tpu_check_fork(void) {
 static int init_dev;
 static void chip_init(void) {
     tpu_chip *c = &chips[init_dev];
-    size_t cap = tpu_env_size("TPU_HBM_BYTES", (size_t)16 << 30);
-    if (cap < ((size_t)1 << 20)) cap = (size_t)1 << 20;
-    if (cap >= ((size_t)1 << TPU_DEVADDR_SHIFT)) cap = ((size_t)1 << TPU_DEVADDR_SHIFT) - 4096;
-    cap &= ~(size_t)4095;
+    size_t cap = tpu_config_get(NULL)->hbm_bytes;   /* validated: 1 MiB .. 16 TiB - 4 KiB, page multiple */
     void *p = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) {
         c->init_status = tpu_set_error(TPU_ERROR_OUT_OF_MEMORY,
@@ -83,7 +191,7 @@ static void chip_init(void) {
     c->arena = p;
     c->capacity = cap;
     c->alloc = tpu_alloc_create(c);
-    c->default_stream = tpu_stream_new_internal(c->index, 0, 0);
+    c->default_stream = tpu_stream_pool_init(c->index);
     if (!c->alloc || !c->default_stream) {
         c->init_status = tpu_set_error(TPU_ERROR_OUT_OF_MEMORY, "could not bring up tpu:%d", c->index);
         return;
@@ -97,6 +205,7 @@ static pthread_mutex_t init_mu = PTHREAD_MUTEX_INITIALIZER;
 tpu_status tpu_chip_get(int dev, tpu_chip **out) {
     tpu_status s = tpu_check_fork();
     if (s) return s;
+    if ((s = tpu_init())) return s;
     int n = tpu_device_count();
     if (dev < 0 || dev >= n)
         return tpu_set_error(TPU_ERROR_INVALID_DEVICE,
@@ -156,8 +265,8 @@ tpu_mxu_kind tpu_mxu_detected(void);
 tpu_mxu_kind tpu_mxu_detected(void) {
     static int cached = -1;
     if (cached < 0) {
-        const char *force = getenv("TPU_MXU");   /* "portable" forces the C path (tests) */
-        cached = (force && strcmp(force, "portable") == 0) ? TPU_MXU_PORTABLE : (int)detect_mxu();
+        /* TPU_MXU=portable forces the C path (tests); an invalid value fails tpu_init(). */
+        cached = tpu_config_get(NULL)->mxu_portable ? TPU_MXU_PORTABLE : (int)detect_mxu();
     }
     return (tpu_mxu_kind)cached;
 }
@@ -174,7 +283,7 @@ int tpu_num_workers(void);
 
 tpu_status tpu_device_get_props(int dev, tpu_device_props *out) {
     tpu_status s = tpu_check_fork();
-    if (s) return s;
+    if (s || (s = tpu_init())) return s;
     int n = tpu_device_count();
     if (dev < 0 || dev >= n)
         return tpu_set_error(TPU_ERROR_INVALID_DEVICE,
@@ -182,8 +291,7 @@ tpu_status tpu_device_get_props(int dev, tpu_device_props *out) {
     memset(out, 0, sizeof *out);
     out->mxu = tpu_mxu_detected();
     snprintf(out->name, sizeof out->name, "vTPU (%s)", tpu_mxu_name(out->mxu));
-    size_t cap = tpu_env_size("TPU_HBM_BYTES", (size_t)16 << 30);
-    out->hbm_bytes = chips[dev].arena ? chips[dev].capacity : (cap & ~(size_t)4095);
+    out->hbm_bytes = chips[dev].arena ? chips[dev].capacity : tpu_config_get(NULL)->hbm_bytes;
     out->num_workers = tpu_num_workers();
     out->index = dev;
     return TPU_OK;
@@ -192,6 +300,8 @@ tpu_status tpu_device_get_props(int dev, tpu_device_props *out) {
 int tpu_device_current(void) { return cur_dev; }
 
 tpu_status tpu_device_set(int dev) {
+    tpu_status s = tpu_init();
+    if (s) return s;
     int n = tpu_device_count();
     if (dev < 0 || dev >= n)
         return tpu_set_error(TPU_ERROR_INVALID_DEVICE,

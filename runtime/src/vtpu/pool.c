@@ -2,7 +2,7 @@
  *
  * DESIGN
  * One process-wide pool of TPU_NUM_WORKERS-1 threads (default: the number of
- * online CPUs, at most 8); the calling thread is the last worker. A parallel
+ * online CPUs, at most 8; at most 64 when set); the calling thread is the last worker. A parallel
  * region splits [0, n) into one contiguous range per worker. Only one region
  * runs at a time: a second caller (another stream's worker) that finds the
  * pool busy runs its loop serially instead of waiting. Idle workers spin
@@ -56,11 +56,15 @@ static void *pool_main(void *arg) {
 }
 
 static void pool_init(void) {
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    size_t n = tpu_env_size("TPU_NUM_WORKERS", (size_t)(ncpu > 0 ? ncpu : 1));
-    if (n < 1) n = 1;
-    if (n > 8) n = 8;
-    nworkers = (int)n;
+    /* TPU_NUM_WORKERS is validated (1..64) by tpu_init(); unset (or invalid,
+     * which fails every chip entry point before a kernel can run): the number
+     * of online CPUs, at most 8. */
+    int n = tpu_config_get(NULL)->num_workers;
+    if (n <= 0) {
+        long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+        n = ncpu < 1 ? 1 : ncpu > 8 ? 8 : (int)ncpu;
+    }
+    nworkers = n;
     for (int w = 1; w < nworkers; w++) {
         pthread_t t;
         pthread_attr_t at;

@@ -1,14 +1,33 @@
-/* stream.c - streams, their worker threads, and events.
+/* stream.c - hardware queues, the streams mapped onto them, and events.
  *
  * DESIGN
- * A stream is a FIFO of commands (kernel, copy, event record, event wait,
- * host callback) served in order by one worker thread of its own, started on
- * first use (Redis bio.c style). Commands get increasing sequence numbers;
- * `completed` (release/acquire) says how far the worker got, which is all
- * events, synchronization and the allocator's stream-ordered reuse need.
- * The worker spins briefly before sleeping: waking a sleeping thread costs
- * tens of microseconds, more than a small kernel. Waiters spin the same way.
- * A failing kernel's error is stored on the stream (first error wins) and
+ * Each chip has a fixed pool of hardware queues, as a CUDA device does: its
+ * default stream's queue, TPU_STREAM_POOL_SIZE low-priority queues and as
+ * many high-priority ones. A stream *is* one of these queues: creating a
+ * stream hands out the next queue of its priority round-robin, so any number
+ * of streams can be created, streams that share a queue simply run in order
+ * with each other, the worker threads stay bounded (one per queue, started on
+ * first use, Redis bio.c style) and device synchronization walks a fixed list.
+ * Queues live as long as the process: a stream handle never dangles.
+ *
+ * A queue is a FIFO of commands (kernel, copy, event record, event wait, host
+ * callback) served in order by its worker. Commands get increasing sequence
+ * numbers; `completed` (release/acquire) says how far the worker got, which is
+ * all events, synchronization and the allocator's stream-ordered reuse need:
+ * (stream, seq) is the one synchronization currency.
+ *
+ * A queue holds at most TPU_STREAM_QUEUE_DEPTH commands; a launching thread
+ * that finds it full sleeps until one completes (CUDA's launch queue does the
+ * same). The worker spins briefly before sleeping: waking a sleeping thread
+ * costs tens of microseconds, more than a small kernel. Waiters spin the same
+ * way, run queued commands themselves while the worker sleeps, then sleep in
+ * 50 ms slices between which they ask the interrupt check (the glue's: "did
+ * the user press Ctrl-C?"). An interrupted wait returns TPU_ERROR_INTERRUPTED
+ * and the work keeps running; a copy whose own caller gave up waiting is
+ * cancelled instead, because its host buffer may be gone once the caller
+ * unwinds.
+ *
+ * A failing kernel's error is stored on its queue (first error wins) and
  * returned once by the next synchronizing call; later commands still run.
  */
 #define _GNU_SOURCE
@@ -17,45 +36,79 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <sched.h>
+
+#define NQUEUES (1 + 2 * TPU_STREAM_POOL_SIZE)   /* default, low pool, high pool */
+#define SPIN_ITERS 4000     /* ~50 us of pause: longer spins steal one of our two cores */
+#define SLICE_NS 50000000   /* a sleeping host wait checks for interrupts this often */
 
 struct tpu_stream {
     int dev;
-    int64_t id;
-    int priority;
+    int64_t id;                        /* 0 default, 1..POOL low, POOL+1..2*POOL high */
+    int priority;                      /* 0 low, -1 high (PyTorch: lower is higher) */
     pthread_mutex_t mu;
-    pthread_cond_t cv_work, cv_done;
+    pthread_cond_t cv_work;            /* the worker: a command was queued */
+    pthread_cond_t cv_done;            /* waiters (completion or room): a command completed */
     tpu_cmd *head, *tail;
     uint64_t enqueued;                 /* guarded by mu */
     _Atomic uint64_t enqueued_pub;     /* readable without the lock */
     _Atomic uint64_t completed;
     int sleepers;                      /* threads waiting on cv_done */
-    bool worker_sleeping, started, stop;
+    bool worker_sleeping, started;
     pthread_t thread;
     tpu_status err;                    /* sticky asynchronous error */
     char errmsg[512];
 };
 
 struct tpu_event {
-    tpu_stream_t stream;
+    tpu_stream_t stream;               /* last record (NULL: never recorded) */
     uint64_t seq;
     bool timing;
-    _Atomic bool stamped;
-    struct timespec t;
+    _Atomic uint64_t gen;              /* bumped by every record; only the latest stamps */
+    _Atomic int refs;                  /* the owner + each queued record command */
+    struct timespec t;                 /* written by the worker before `completed` is released */
 };
 
-static _Atomic int64_t next_stream_id = 1;
+static struct tpu_stream queues[TPU_MAX_DEVICES][NQUEUES];
+static _Atomic unsigned next_in_pool[TPU_MAX_DEVICES][2];
 static _Thread_local tpu_stream_t cur_stream[TPU_MAX_DEVICES];
+static _Atomic(tpu_interrupt_fn) interrupt_fn;
+static _Thread_local bool interrupted;   /* latched until tpu_interrupt_clear() */
 
-#define SPIN_ITERS 4000   /* ~50 us of pause: longer spins steal one of our two cores */
+/* --- interrupts --- */
 
-/* --- command allocation: a small lock-free-ish free list would do; malloc is fine here. --- */
+void tpu_set_interrupt_check(tpu_interrupt_fn fn) {
+    atomic_store_explicit(&interrupt_fn, fn, memory_order_release);
+}
+void tpu_interrupt_clear(void) { interrupted = false; }
+bool tpu_interrupted(void) { return interrupted; }
+
+/* Ask the check (never with a queue lock held: it may take the GIL). */
+static bool poll_interrupt(void) {
+    if (interrupted) return true;
+    tpu_interrupt_fn fn = atomic_load_explicit(&interrupt_fn, memory_order_acquire);
+    if (fn && fn()) interrupted = true;
+    return interrupted;
+}
+
+static tpu_status interrupted_error(tpu_stream_t s) {
+    return tpu_set_error(TPU_ERROR_INTERRUPTED,
+        "interrupted while waiting for tpu:%d (stream %lld); work already queued keeps running",
+        s->dev, (long long)s->id);
+}
+
+/* --- commands --- */
+
 tpu_cmd *tpu_cmd_new(tpu_cmd_kind kind) {
     tpu_cmd *c = malloc(sizeof *c);
     if (!c) return NULL;
     c->kind = kind;
     c->next = NULL;
+    c->cancelled = false;
     return c;
+}
+
+static uint64_t completed_of(tpu_stream_t s) {
+    return atomic_load_explicit(&s->completed, memory_order_acquire);
 }
 
 static void set_sticky(tpu_stream_t s, tpu_status st, const char *msg) {
@@ -79,6 +132,12 @@ static tpu_status run_kernel(tpu_cmd *c, char *full, size_t n) {
     return TPU_OK;
 }
 
+static void wait_complete(tpu_stream_t s, uint64_t seq);
+
+static void event_unref(tpu_event_t e) {
+    if (atomic_fetch_sub_explicit(&e->refs, 1, memory_order_acq_rel) == 1) free(e);
+}
+
 static void run_cmd(tpu_stream_t s, tpu_cmd *c) {
     switch (c->kind) {
     case TPU_CMD_KERNEL: {
@@ -87,14 +146,18 @@ static void run_cmd(tpu_stream_t s, tpu_cmd *c) {
         break;
     }
     case TPU_CMD_COPY:
-        memcpy(c->u.copy.dst, c->u.copy.src, c->u.copy.bytes);
+        if (!c->cancelled) memcpy(c->u.copy.dst, c->u.copy.src, c->u.copy.bytes);
         break;
-    case TPU_CMD_EVENT:
-        clock_gettime(CLOCK_MONOTONIC, &c->u.event.ev->t);
-        atomic_store_explicit(&c->u.event.ev->stamped, true, memory_order_release);
+    case TPU_CMD_EVENT: {
+        tpu_event_t e = c->u.event.ev;
+        /* A later record of the same event supersedes this one. */
+        if (atomic_load_explicit(&e->gen, memory_order_acquire) == c->u.event.gen)
+            clock_gettime(CLOCK_MONOTONIC, &e->t);
+        event_unref(e);
         break;
+    }
     case TPU_CMD_WAIT:
-        tpu_stream_wait_seq(c->u.wait.stream, c->u.wait.seq);
+        wait_complete(c->u.wait.stream, c->u.wait.seq);
         break;
     case TPU_CMD_CALLBACK:
         c->u.cb.fn(c->u.cb.user);
@@ -102,12 +165,29 @@ static void run_cmd(tpu_stream_t s, tpu_cmd *c) {
     }
 }
 
-/* One more command of `s` has run: publish it and wake synchronizing threads. */
+/* One more command of `s` has run: publish it and wake waiting threads. */
 static void mark_done(tpu_stream_t s) {
     atomic_fetch_add_explicit(&s->completed, 1, memory_order_release);
     pthread_mutex_lock(&s->mu);
     if (s->sleepers) pthread_cond_broadcast(&s->cv_done);
     pthread_mutex_unlock(&s->mu);
+}
+
+/* Pop the head (caller holds mu, head is not NULL). */
+static tpu_cmd *pop_locked(tpu_stream_t s) {
+    tpu_cmd *c = s->head;
+    s->head = c->next;
+    if (!s->head) s->tail = NULL;
+    return c;
+}
+
+/* Run a popped command in stream order: a command run inline by a launching
+ * or helping thread may still be finishing. */
+static void run_popped(tpu_stream_t s, tpu_cmd *c) {
+    while (completed_of(s) + 1 < c->seq) __builtin_ia32_pause();
+    run_cmd(s, c);
+    free(c);
+    mark_done(s);
 }
 
 static void *worker_main(void *arg) {
@@ -120,75 +200,48 @@ static void *worker_main(void *arg) {
             __builtin_ia32_pause();
         }
         pthread_mutex_lock(&s->mu);
-        while (!s->head && !s->stop) {
+        while (!s->head) {
             s->worker_sleeping = true;
             pthread_cond_wait(&s->cv_work, &s->mu);
             s->worker_sleeping = false;
         }
-        if (!s->head && s->stop) { pthread_mutex_unlock(&s->mu); break; }
-        tpu_cmd *c = s->head;
-        s->head = c->next;
-        if (!s->head) s->tail = NULL;
+        tpu_cmd *c = pop_locked(s);
         pthread_mutex_unlock(&s->mu);
-        /* A command run inline by a launching thread may still be finishing. */
-        while (atomic_load_explicit(&s->completed, memory_order_acquire) + 1 < c->seq) __builtin_ia32_pause();
-
-        run_cmd(s, c);
-        free(c);
-
-        mark_done(s);
+        run_popped(s, c);
     }
     return NULL;
 }
 
-tpu_stream_t tpu_stream_new_internal(int dev, int priority, int64_t id) {
-    tpu_stream_t s = calloc(1, sizeof *s);
-    if (!s) return NULL;
+/* --- the pool --- */
+
+static void queue_init(tpu_stream_t s, int dev, int64_t id, int priority) {
     s->dev = dev;
     s->id = id;
     s->priority = priority;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv_work, NULL);
-    pthread_cond_init(&s->cv_done, NULL);
-    return s;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&s->cv_done, &ca);
+    pthread_condattr_destroy(&ca);
 }
 
-/* Streams of each device, for device-wide synchronization. */
-#define MAX_STREAMS 1024
-static tpu_stream_t all_streams[TPU_MAX_DEVICES][MAX_STREAMS];
-static int nstreams[TPU_MAX_DEVICES];
-static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
-
-static void register_stream(tpu_stream_t s) {
-    pthread_mutex_lock(&reg_mu);
-    for (int i = 0; i < MAX_STREAMS; i++)
-        if (!all_streams[s->dev][i]) {
-            all_streams[s->dev][i] = s;
-            if (i >= nstreams[s->dev]) nstreams[s->dev] = i + 1;
-            break;
-        }
-    pthread_mutex_unlock(&reg_mu);
-}
-
-static void unregister_stream(tpu_stream_t s) {
-    pthread_mutex_lock(&reg_mu);
-    for (int i = 0; i < nstreams[s->dev]; i++)
-        if (all_streams[s->dev][i] == s) all_streams[s->dev][i] = NULL;
-    pthread_mutex_unlock(&reg_mu);
+tpu_stream_t tpu_stream_pool_init(int dev) {
+    for (int q = 0; q < NQUEUES; q++)
+        queue_init(&queues[dev][q], dev, q, q > TPU_STREAM_POOL_SIZE ? -1 : 0);
+    return &queues[dev][0];
 }
 
 tpu_stream_t tpu_stream_default(int dev) {
     tpu_chip *c;
     if (tpu_chip_get(dev, &c)) return NULL;
-    static bool registered[TPU_MAX_DEVICES];
-    if (!registered[dev]) {
-        pthread_mutex_lock(&reg_mu);
-        bool r = registered[dev];
-        registered[dev] = true;
-        pthread_mutex_unlock(&reg_mu);
-        if (!r) register_stream(c->default_stream);
-    }
     return c->default_stream;
+}
+
+tpu_stream_t tpu_stream_from_id(int dev, int64_t id) {
+    if (id < 0 || id >= NQUEUES || !tpu_stream_default(dev)) return NULL;
+    return &queues[dev][id];
 }
 
 tpu_stream_t tpu_stream_current(int dev) {
@@ -206,34 +259,17 @@ tpu_status tpu_stream_create(int dev, int priority, tpu_stream_t *out) {
     tpu_chip *c;
     tpu_status st = tpu_chip_get(dev, &c);
     if (st) return st;
-    tpu_stream_default(dev);
-    tpu_stream_t s = tpu_stream_new_internal(dev, priority, atomic_fetch_add(&next_stream_id, 1));
-    if (!s) return tpu_set_error(TPU_ERROR_OUT_OF_MEMORY, "tpu_stream_create: out of host memory");
-    register_stream(s);
-    *out = s;
+    int high = priority < 0;
+    unsigned k = atomic_fetch_add_explicit(&next_in_pool[dev][high], 1, memory_order_relaxed) % TPU_STREAM_POOL_SIZE;
+    *out = &queues[dev][1 + high * TPU_STREAM_POOL_SIZE + (int)k];
     return TPU_OK;
 }
 
 tpu_status tpu_stream_destroy(tpu_stream_t s) {
     if (!s) return TPU_OK;
-    tpu_chip *c;
-    if (tpu_chip_get(s->dev, &c) == TPU_OK && c->default_stream == s)
-        return tpu_set_error(TPU_ERROR_INVALID_VALUE, "cannot destroy a device's default stream");
-    tpu_stream_wait_seq(s, tpu_stream_enqueued(s));
-    unregister_stream(s);
-    tpu_alloc_forget_stream(s->dev, s);
-    pthread_mutex_lock(&s->mu);
-    bool started = s->started;
-    s->stop = true;
-    pthread_cond_signal(&s->cv_work);
-    pthread_mutex_unlock(&s->mu);
-    if (started) pthread_join(s->thread, NULL);
-    for (int d = 0; d < TPU_MAX_DEVICES; d++)
-        if (cur_stream[d] == s) cur_stream[d] = NULL;
-    pthread_mutex_destroy(&s->mu);
-    pthread_cond_destroy(&s->cv_work);
-    pthread_cond_destroy(&s->cv_done);
-    free(s);
+    if (s->id == 0) return tpu_set_error(TPU_ERROR_INVALID_VALUE, "cannot destroy a device's default stream");
+    /* The queue goes back to the pool (it may be shared); its work so far must run. */
+    wait_complete(s, tpu_stream_enqueued(s));
     return TPU_OK;
 }
 
@@ -242,23 +278,142 @@ int64_t tpu_stream_id(tpu_stream_t s) { return s ? s->id : -1; }
 int tpu_stream_priority(tpu_stream_t s) { return s ? s->priority : 0; }
 
 uint64_t tpu_stream_completed(tpu_stream_t s) {
-    return s ? atomic_load_explicit(&s->completed, memory_order_acquire) : UINT64_MAX;
+    return s ? completed_of(s) : UINT64_MAX;
 }
 uint64_t tpu_stream_enqueued(tpu_stream_t s) {
     return s ? atomic_load_explicit(&s->enqueued_pub, memory_order_acquire) : 0;
 }
+
+/* --- waiting --- */
+
+enum wait_mode {
+    WAIT_FULLY,        /* until done, whatever happens (worker waits, the allocator, event lifetime) */
+    WAIT_OR_CANCEL,    /* interrupted: cancel `seq` if it is a queued copy, and return */
+    WAIT_OR_INTERRUPT, /* interrupted: return TPU_ERROR_INTERRUPTED */
+};
+
+/* Cancel the queued copy with sequence number `seq` (caller holds mu). */
+static bool cancel_copy_locked(tpu_stream_t s, uint64_t seq) {
+    for (tpu_cmd *c = s->head; c && c->seq <= seq; c = c->next)
+        if (c->seq == seq && c->kind == TPU_CMD_COPY) { c->cancelled = true; return true; }
+    return false;
+}
+
+static void add_ns(struct timespec *t, long ns) {
+    t->tv_nsec += ns;
+    if (t->tv_nsec >= 1000000000) { t->tv_sec++; t->tv_nsec -= 1000000000; }
+}
+
+static bool reached(const struct timespec *now, const struct timespec *t) {
+    return now->tv_sec > t->tv_sec || (now->tv_sec == t->tv_sec && now->tv_nsec >= t->tv_nsec);
+}
+
+/* Sleep until `s` completes `target` (caller holds mu). Unless mode is
+ * WAIT_FULLY, the interrupt check runs every SLICE_NS however often
+ * completions wake the thread (a backlog of small kernels wakes it often). */
+static tpu_status sleep_until_locked(tpu_stream_t s, uint64_t target, enum wait_mode mode) {
+    tpu_status st = TPU_OK;
+    struct timespec poll_at;
+    clock_gettime(CLOCK_MONOTONIC, &poll_at);
+    add_ns(&poll_at, SLICE_NS);
+    s->sleepers++;
+    while (completed_of(s) < target) {
+        if (mode == WAIT_FULLY) { pthread_cond_wait(&s->cv_done, &s->mu); continue; }
+        pthread_cond_timedwait(&s->cv_done, &s->mu, &poll_at);
+        if (completed_of(s) >= target) break;
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (!reached(&now, &poll_at)) continue;
+        poll_at = now;
+        add_ns(&poll_at, SLICE_NS);
+        pthread_mutex_unlock(&s->mu);
+        bool intr = poll_interrupt();
+        pthread_mutex_lock(&s->mu);
+        if (!intr) continue;
+        if (mode == WAIT_OR_INTERRUPT) { st = TPU_ERROR_INTERRUPTED; break; }
+        if (cancel_copy_locked(s, target)) break;
+    }
+    s->sleepers--;
+    return st;
+}
+
+/* While the worker sleeps (or has been signalled but not yet scheduled), a
+ * thread waiting for `seq` runs the queued commands itself: waking a thread
+ * costs far more than a small kernel. Order is kept by run_popped. Host
+ * callbacks and cross-stream waits, which may block for as long as they
+ * like, are left to the worker so the waiter stays interruptible. */
+static void help_until(tpu_stream_t s, uint64_t seq) {
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        tpu_cmd *c = s->head;
+        if (!c || c->seq > seq || !s->worker_sleeping || c->kind == TPU_CMD_CALLBACK || c->kind == TPU_CMD_WAIT) {
+            if (c && c->seq <= seq && s->worker_sleeping) pthread_cond_signal(&s->cv_work);
+            pthread_mutex_unlock(&s->mu);
+            return;
+        }
+        pop_locked(s);
+        pthread_mutex_unlock(&s->mu);
+        run_popped(s, c);
+    }
+}
+
+static tpu_status wait_seq_mode(tpu_stream_t s, uint64_t seq, enum wait_mode mode) {
+    if (completed_of(s) >= seq) return TPU_OK;
+    help_until(s, seq);
+    for (int i = 0; i < SPIN_ITERS; i++) {
+        if (completed_of(s) >= seq) return TPU_OK;
+        __builtin_ia32_pause();
+    }
+    pthread_mutex_lock(&s->mu);
+    tpu_status st = sleep_until_locked(s, seq, mode);
+    pthread_mutex_unlock(&s->mu);
+    return st ? interrupted_error(s) : TPU_OK;
+}
+
+static void wait_complete(tpu_stream_t s, uint64_t seq) {
+    if (s) wait_seq_mode(s, seq, WAIT_FULLY);
+}
+
+void tpu_stream_wait_seq(tpu_stream_t s, uint64_t seq) {
+    if (s) wait_seq_mode(s, seq, WAIT_OR_CANCEL);
+}
+
+/* A synchronizing wait: fails at once if the thread is already interrupted. */
+static tpu_status sync_wait(tpu_stream_t s, uint64_t seq) {
+    if (interrupted) return interrupted_error(s);
+    return wait_seq_mode(s, seq, WAIT_OR_INTERRUPT);
+}
+
+/* --- queueing --- */
+
+static bool on_worker(tpu_stream_t s) { return s->started && pthread_equal(pthread_self(), s->thread); }
 
 tpu_status tpu_stream_enqueue(tpu_stream_t s, tpu_cmd *c, uint64_t *seq) {
     tpu_status st = tpu_check_fork();
     if (st) { free(c); return st; }
     pthread_mutex_lock(&s->mu);
     if (!s->started) {
-        if (pthread_create(&s->thread, NULL, worker_main, s) != 0) {
+        pthread_attr_t at;
+        pthread_attr_init(&at);
+        pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+        int rc = pthread_create(&s->thread, &at, worker_main, s);
+        pthread_attr_destroy(&at);
+        if (rc != 0) {
             pthread_mutex_unlock(&s->mu);
             free(c);
-            return tpu_set_error(TPU_ERROR_INTERNAL, "could not start the worker thread of a tpu stream");
+            return tpu_set_error(TPU_ERROR_INTERNAL, "could not start the worker thread of tpu:%d queue %lld",
+                                 s->dev, (long long)s->id);
         }
         s->started = true;
+    }
+    /* Bounded queue: wait for room. A host callback queueing on its own
+     * queue is let through (waiting there would wait for itself). */
+    while (s->enqueued - completed_of(s) >= TPU_STREAM_QUEUE_DEPTH && !on_worker(s)) {
+        if (interrupted || sleep_until_locked(s, s->enqueued - TPU_STREAM_QUEUE_DEPTH + 1, WAIT_OR_INTERRUPT)) {
+            pthread_mutex_unlock(&s->mu);
+            free(c);
+            return interrupted_error(s);
+        }
     }
     c->next = NULL;
     if (s->tail) s->tail->next = c; else s->head = c;
@@ -275,7 +430,7 @@ tpu_status tpu_stream_enqueue(tpu_stream_t s, tpu_cmd *c, uint64_t *seq) {
 bool tpu_stream_try_inline(tpu_stream_t s, tpu_cmd *c, tpu_status *st) {
     if (c->kind != TPU_CMD_KERNEL && c->kind != TPU_CMD_COPY) return false;
     pthread_mutex_lock(&s->mu);
-    if (s->head || atomic_load_explicit(&s->completed, memory_order_acquire) != s->enqueued || s->err) {
+    if (s->head || completed_of(s) != s->enqueued || s->err) {
         pthread_mutex_unlock(&s->mu);
         return false;
     }
@@ -293,40 +448,6 @@ bool tpu_stream_try_inline(tpu_stream_t s, tpu_cmd *c, tpu_status *st) {
     free(c);
     mark_done(s);
     return true;
-}
-
-/* While the worker sleeps (or has been signalled but not yet scheduled), a
- * thread waiting for `seq` runs the queued commands itself: waking a thread
- * costs far more than a small kernel. Order is kept: the worker waits for
- * `completed` to reach a command's predecessor before running it. */
-static void help_until(tpu_stream_t s, uint64_t seq) {
-    for (;;) {
-        pthread_mutex_lock(&s->mu);
-        tpu_cmd *c = s->head;
-        if (!c || c->seq > seq || !s->worker_sleeping) { pthread_mutex_unlock(&s->mu); return; }
-        s->head = c->next;
-        if (!s->head) s->tail = NULL;
-        pthread_mutex_unlock(&s->mu);
-        while (atomic_load_explicit(&s->completed, memory_order_acquire) + 1 < c->seq) __builtin_ia32_pause();
-        run_cmd(s, c);
-        free(c);
-        mark_done(s);
-    }
-}
-
-void tpu_stream_wait_seq(tpu_stream_t s, uint64_t seq) {
-    if (!s) return;
-    if (atomic_load_explicit(&s->completed, memory_order_acquire) < seq) help_until(s, seq);
-    for (int i = 0; i < SPIN_ITERS; i++) {
-        if (atomic_load_explicit(&s->completed, memory_order_acquire) >= seq) return;
-        __builtin_ia32_pause();
-    }
-    pthread_mutex_lock(&s->mu);
-    s->sleepers++;
-    while (atomic_load_explicit(&s->completed, memory_order_acquire) < seq)
-        pthread_cond_wait(&s->cv_done, &s->mu);
-    s->sleepers--;
-    pthread_mutex_unlock(&s->mu);
 }
 
 tpu_status tpu_stream_query(tpu_stream_t s) {
@@ -350,19 +471,23 @@ tpu_status tpu_stream_synchronize(tpu_stream_t s) {
     if (!s) return tpu_set_error(TPU_ERROR_INVALID_VALUE, "NULL stream");
     tpu_status st = tpu_check_fork();
     if (st) return st;
-    tpu_stream_wait_seq(s, tpu_stream_enqueued(s));
+    if ((st = sync_wait(s, tpu_stream_enqueued(s)))) return st;
     return take_error(s);
 }
 
-tpu_status tpu_device_synchronize_all(int dev) {
-    tpu_stream_t ss[MAX_STREAMS];
+/* Queues of `dev` that have ever run work (a queue never used has nothing to wait for). */
+static int used_queues(int dev, tpu_stream_t *out) {
     int n = 0;
-    tpu_stream_default(dev);
-    pthread_mutex_lock(&reg_mu);
-    for (int i = 0; i < nstreams[dev]; i++)
-        if (all_streams[dev][i]) ss[n++] = all_streams[dev][i];
-    pthread_mutex_unlock(&reg_mu);
-    for (int i = 0; i < n; i++) tpu_stream_wait_seq(ss[i], tpu_stream_enqueued(ss[i]));
+    for (int q = 0; q < NQUEUES; q++)
+        if (tpu_stream_enqueued(&queues[dev][q])) out[n++] = &queues[dev][q];
+    return n;
+}
+
+tpu_status tpu_device_synchronize_all(int dev) {
+    if (!tpu_stream_default(dev)) return TPU_OK;
+    tpu_stream_t qs[NQUEUES];
+    int n = used_queues(dev, qs);
+    for (int i = 0; i < n; i++) wait_complete(qs[i], tpu_stream_enqueued(qs[i]));
     return TPU_OK;
 }
 
@@ -370,17 +495,14 @@ tpu_status tpu_device_synchronize(int dev) {
     tpu_chip *c;
     tpu_status st = tpu_chip_get(dev, &c);
     if (st) return st;
-    tpu_device_synchronize_all(dev);
+    tpu_stream_t qs[NQUEUES];
+    int n = used_queues(dev, qs);
+    for (int i = 0; i < n; i++)
+        if ((st = sync_wait(qs[i], tpu_stream_enqueued(qs[i])))) return st;
     tpu_status first = TPU_OK;
-    pthread_mutex_lock(&reg_mu);
-    int n = nstreams[dev];
-    tpu_stream_t ss[MAX_STREAMS];
-    for (int i = 0; i < n; i++) ss[i] = all_streams[dev][i];
-    pthread_mutex_unlock(&reg_mu);
     char msg[512] = "";
     for (int i = 0; i < n; i++) {
-        if (!ss[i]) continue;
-        tpu_status e = take_error(ss[i]);
+        tpu_status e = take_error(qs[i]);
         if (e && !first) { first = e; snprintf(msg, sizeof msg, "%s", tpu_last_error()); }
     }
     if (first) tpu_set_error(first, "%s", msg);
@@ -402,29 +524,27 @@ tpu_status tpu_event_create(bool enable_timing, tpu_event_t *out) {
     tpu_event_t e = calloc(1, sizeof *e);
     if (!e) return tpu_set_error(TPU_ERROR_OUT_OF_MEMORY, "out of host memory");
     e->timing = enable_timing;
+    atomic_init(&e->refs, 1);
     *out = e;
     return TPU_OK;
 }
 
 tpu_status tpu_event_destroy(tpu_event_t e) {
-    if (!e) return TPU_OK;
-    /* A pending record command points at the event: wait for it first. */
-    if (e->stream) tpu_stream_wait_seq(e->stream, e->seq);
-    free(e);
+    if (e) event_unref(e);   /* a queued record keeps it alive until it has run */
     return TPU_OK;
 }
 
 tpu_status tpu_event_record(tpu_event_t e, tpu_stream_t s) {
     if (!e || !s) return tpu_set_error(TPU_ERROR_INVALID_VALUE, "tpu_event_record: NULL argument");
-    if (e->stream) tpu_stream_wait_seq(e->stream, e->seq);   /* previous record still pending */
     tpu_cmd *c = tpu_cmd_new(TPU_CMD_EVENT);
     if (!c) return tpu_set_error(TPU_ERROR_OUT_OF_MEMORY, "out of host memory");
     c->u.event.ev = e;
-    atomic_store_explicit(&e->stamped, false, memory_order_relaxed);
-    e->stream = s;
+    c->u.event.gen = atomic_fetch_add_explicit(&e->gen, 1, memory_order_acq_rel) + 1;
+    atomic_fetch_add_explicit(&e->refs, 1, memory_order_relaxed);
     uint64_t seq;
-    tpu_status st = tpu_stream_enqueue(s, c, &seq);
-    if (st) return st;
+    tpu_status st = tpu_stream_enqueue(s, c, &seq);   /* frees c on failure */
+    if (st) { event_unref(e); return st; }
+    e->stream = s;
     e->seq = seq;
     return TPU_OK;
 }
@@ -437,13 +557,12 @@ tpu_status tpu_event_query(tpu_event_t e) {
 
 tpu_status tpu_event_synchronize(tpu_event_t e) {
     if (!e) return tpu_set_error(TPU_ERROR_INVALID_VALUE, "NULL event");
-    if (e->stream) tpu_stream_wait_seq(e->stream, e->seq);
-    return TPU_OK;
+    return e->stream ? sync_wait(e->stream, e->seq) : TPU_OK;
 }
 
 tpu_status tpu_stream_wait_event(tpu_stream_t s, tpu_event_t e) {
     if (!s || !e) return tpu_set_error(TPU_ERROR_INVALID_VALUE, "tpu_stream_wait_event: NULL argument");
-    if (!e->stream || e->stream == s) return TPU_OK;     /* nothing to wait for / same-stream order */
+    if (!e->stream || e->stream == s) return TPU_OK;     /* nothing to wait for / same-queue order */
     if (tpu_stream_completed(e->stream) >= e->seq) return TPU_OK;
     tpu_cmd *c = tpu_cmd_new(TPU_CMD_WAIT);
     if (!c) return tpu_set_error(TPU_ERROR_OUT_OF_MEMORY, "out of host memory");

@@ -30,11 +30,34 @@ tpu_status tpu_chip_get(int dev, tpu_chip **out);
 void *tpu_dev_to_host(const void *devptr);
 /* Fail with TPU_ERROR_FORKED if this is a forked child of an initialized parent. */
 tpu_status tpu_check_fork(void);
-size_t tpu_env_size(const char *name, size_t dflt);
+
+/* Configuration (device.c): every environment variable the runtime reads,
+ * parsed strictly. README "Environment" documents each one and its range. */
+typedef struct tpu_config {
+    int num_devices;          /* TPU_NUM_DEVICES, 1..TPU_MAX_DEVICES (default 1) */
+    size_t hbm_bytes;         /* TPU_HBM_BYTES, rounded down to 4 KiB (default 16 GiB) */
+    int num_workers;          /* TPU_NUM_WORKERS, 1..64; 0 = unset (online CPUs, at most 8) */
+    bool mxu_portable;        /* TPU_MXU=portable */
+} tpu_config;
+/* Parse the variables read through `get` (getenv, or a table in tests). A bad
+ * value: TPU_ERROR_INVALID_VALUE naming each bad variable, its value and what
+ * is accepted; *out then holds defaults for the bad fields. */
+tpu_status tpu_config_parse(const char *(*get)(const char *name), tpu_config *out);
+/* The process's configuration, parsed on first call (never NULL); *st (if
+ * not NULL) receives the parse status. Entries needing a chip use tpu_init(). */
+const tpu_config *tpu_config_get(tpu_status *st);
 
 /* Allocator (alloc.c). */
 struct tpu_alloc *tpu_alloc_create(tpu_chip *chip);
-void tpu_alloc_forget_stream(int dev, tpu_stream_t s);
+/* TPU_OK if devptr starts a live allocation holding at least nbytes. `what`
+ * and `k` (operand index) name the caller in the error. */
+tpu_status tpu_alloc_check_live(const void *devptr, size_t nbytes, const char *what, int k);
+
+/* Views (view.c): validate a view against its storage (and, for a device
+ * view, the storage against the allocator) and translate its base to a host
+ * address. *dev is the device seen so far (-1: none); a view on another
+ * device is TPU_ERROR_DEVICE_MISMATCH. Scalars and empty views pass. */
+tpu_status tpu_view_check(const char *what, int k, tpu_tensor *t, bool device, int *dev);
 
 /* Streams (stream.c). */
 typedef enum tpu_cmd_kind { TPU_CMD_KERNEL, TPU_CMD_COPY, TPU_CMD_EVENT, TPU_CMD_WAIT, TPU_CMD_CALLBACK } tpu_cmd_kind;
@@ -42,10 +65,11 @@ typedef struct tpu_cmd {
     tpu_cmd_kind kind;
     struct tpu_cmd *next;
     uint64_t seq;                /* position in its stream, set when queued */
+    bool cancelled;              /* a copy given up by an interrupted host wait: skipped (guarded by the queue's lock) */
     union {
         tpu_kargs k;
         struct { void *dst; const void *src; size_t bytes; } copy;
-        struct { tpu_event_t ev; } event;
+        struct { tpu_event_t ev; uint64_t gen; } event;
         struct { tpu_stream_t stream; uint64_t seq; } wait;
         struct { tpu_host_fn fn; void *user; } cb;
     } u;
@@ -61,9 +85,14 @@ tpu_status tpu_stream_enqueue(tpu_stream_t s, tpu_cmd *c, uint64_t *seq);
 bool tpu_stream_try_inline(tpu_stream_t s, tpu_cmd *c, tpu_status *st);
 uint64_t tpu_stream_completed(tpu_stream_t s);   /* acquire */
 uint64_t tpu_stream_enqueued(tpu_stream_t s);
-/* Create a chip's default stream (device.c calls this once). */
-tpu_stream_t tpu_stream_new_internal(int dev, int priority, int64_t id);
-/* Wait until `s` has completed `seq`. */
+/* Set up chip `dev`'s fixed pool of hardware queues; returns its default
+ * stream (device.c calls this once per chip). */
+tpu_stream_t tpu_stream_pool_init(int dev);
+/* Wait until `s` has completed `seq`; on return the command at `seq` has run
+ * or will never run: if a host interrupt arrives (tpu_set_interrupt_check)
+ * while `seq` is a copy still queued, the copy is cancelled and the calling
+ * thread is left interrupted, so its next synchronizing call returns
+ * TPU_ERROR_INTERRUPTED. Any other command is waited for. */
 void tpu_stream_wait_seq(tpu_stream_t s, uint64_t seq);
 /* Sync all streams of a device (no error reporting) - used by empty_cache. */
 tpu_status tpu_device_synchronize_all(int dev);
