@@ -25,6 +25,12 @@ def eager_mode(request):
     torch_tpu.set_eager_mode("strict")
 
 
+def pytest_collection_finish(session):
+    # The collected test items live for the whole session: freeze them too.
+    gc.collect()
+    gc.freeze()
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
@@ -37,6 +43,9 @@ def pytest_runtest_makereport(item, call):
 def no_leak(request):
     """After a test's tensors are freed, memory_allocated is back where it started."""
     gc.collect()
+    # What survived is alive for good (modules, pytest's state): keep it out of
+    # later collections, so the check after the test looks at the test's objects only.
+    gc.freeze()
     torch.tpu.synchronize()
     before = torch.tpu.memory_allocated()
     yield
