@@ -1,17 +1,22 @@
 # torch_tpu - build, test, run.  `make run` and `make test` set everything up.
 PY      := .venv/bin/python
 PIP     := .venv/bin/pip
+# runtime/src floors, bottom first: each uses only those before it (`make lint` checks).
+RT_FLOORS := runtime/src/base runtime/src/ref runtime/src/kernels runtime/src/vtpu
 CC      ?= gcc
 CCACHE  := $(shell command -v ccache 2>/dev/null)
-RT_SRC  := $(wildcard runtime/src/*.c runtime/src/vtpu/*.c runtime/src/kernels/*.c runtime/src/ref/*.c)
-RT_HDR  := $(wildcard runtime/include/tpu/*.h runtime/include/tpu/*.def runtime/src/*.h runtime/src/*/*.h)
+# ccache (when installed) shares hits between checkouts in different folders.
+export CCACHE_BASEDIR := $(CURDIR)
+export CCACHE_NOHASHDIR := 1
+RT_SRC  := $(wildcard $(addsuffix /*.c,$(RT_FLOORS)))
+RT_HDR  := $(wildcard runtime/include/tpu/*.h runtime/include/tpu/*.def runtime/src/*/*.h)
 CFLAGS_RT := -std=c11 -Wall -Wextra -Wno-unused-parameter -fPIC -pthread -Iruntime/include -Iruntime/src
 OPT     := -O2 -g
 SAN     := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 TSAN    := -O1 -g -fsanitize=thread
 C_TESTS := $(patsubst tests/c/%.c,%,$(wildcard tests/c/test_*.c))
 
-.PHONY: all setup build runtime ctest-bins ctest ctest-tsan pytest test run bench fuzz clean
+.PHONY: all setup build runtime ctest-bins ctest ctest-tsan pytest test run bench fuzz lint format-check clean
 
 all: build
 
@@ -73,13 +78,28 @@ FUZZ_CASES ?= 200000
 fuzz: build/ctest/test_bounds
 	TPU_FUZZ_CASES=$(FUZZ_CASES) build/ctest/test_bounds
 
+# Floors of runtime/src (base -> ref -> kernels -> vtpu): no include and no
+# linked call reaches up a floor (tools/lint_floors.py; needs the objects).
+lint: build/libtpurt.a
+	python3 tools/lint_floors.py --objects build/rt
+
+# Layout against .clang-format (clang-format from PyPI in .venv). Not in
+# `lint` until the tree has been reformatted once, in its own commit.
+CLANG_FORMAT ?= $(firstword $(wildcard .venv/bin/clang-format) $(shell command -v clang-format 2>/dev/null))
+FORMAT_SRC := $(RT_SRC) $(wildcard runtime/src/*/*.h runtime/include/tpu/*.h tests/c/*.c tests/c/*.h csrc/*.cpp csrc/*.h)
+format-check:
+	@test -n "$(CLANG_FORMAT)" || { echo "clang-format not found: $(PIP) install clang-format"; exit 1; }
+	@n=0; for f in $(FORMAT_SRC); do \
+	  $(CLANG_FORMAT) --dry-run -Werror --style=file $$f >/dev/null 2>&1 || { echo "needs formatting: $$f"; n=$$((n+1)); }; \
+	done; echo "format-check: $$n file(s) differ from .clang-format"; test $$n -eq 0
+
 pytest: build
 	$(PY) -m pytest -q tests/python
 
 # Compile everything two jobs at a time, then run the suites one after another.
 test:
 	$(MAKE) -j2 ctest-bins build
-	$(MAKE) ctest ctest-tsan pytest
+	$(MAKE) lint ctest ctest-tsan pytest
 
 run: build
 	$(PY) examples/train_mlp.py

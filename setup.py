@@ -16,10 +16,10 @@ setup(
     ext_modules=[
         CppExtension(
             "torch_tpu._C",
-            sources=["csrc/device.cpp", "csrc/ops.cpp"],
+            sources=["csrc/device.cpp", "csrc/ops.cpp"],  # ops.cpp includes csrc/ops_*.cpp (one unit: compile time)
             include_dirs=[os.path.join(ROOT, "runtime", "include")],
             extra_objects=[LIB],
-            depends=[LIB, "csrc/tpu_glue.h"] + [os.path.join("runtime/include/tpu", f)
+            depends=[LIB, "csrc/tpu_glue.h", "csrc/ops_core.cpp", "csrc/ops_pointwise.cpp", "csrc/ops_nn.cpp"] + [os.path.join("runtime/include/tpu", f)
                                                 for f in os.listdir(os.path.join(ROOT, "runtime/include/tpu"))],
             extra_compile_args=["-std=c++20", "-O2", "-g0", "-Wno-unused-parameter"],
             extra_link_args=["-pthread"],

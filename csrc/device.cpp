@@ -469,20 +469,18 @@ void py_set_rng_state(int64_t d, const at::Tensor& s) {
   std::lock_guard<std::mutex> lock(g.mutex());
   g.set_state(s);
 }
-void py_set_eager_mode(int64_t m) {
-  TORCH_CHECK(m == 0 || m == 1, "unknown eager mode ", m);
-  set_eager_mode(static_cast<EagerMode>(m));
+// The eager mode is the runtime's (tpu_eager_mode): its names, the refusal of
+// Fused Eager and the messages all come from there.
+void py_set_eager_mode(const std::string& name) {
+  tpu_eager_mode m;
+  TORCH_CHECK_VALUE(tpu_eager_mode_from_name(name.c_str(), &m) == TPU_OK, tpu_last_error());
+  tpu_status s = tpu_set_eager_mode(m);
+  if (s != TPU_OK) throw_status(s, "set_eager_mode");
 }
-int64_t py_get_eager_mode() { return static_cast<int64_t>(eager_mode()); }
+std::string py_get_eager_mode() { return tpu_eager_mode_name(tpu_get_eager_mode()); }
 bool py_is_pinned_ptr(int64_t p) { return tpu_host_is_pinned(reinterpret_cast<void*>(p)); }
 
 } // namespace
-
-// Fallback accounting lives in ops.cpp.
-std::tuple<std::vector<std::string>, std::vector<int64_t>> fallback_counts();
-void reset_fallback_counts();
-void set_fallback_enabled(bool on);
-bool fallback_enabled();
 
 } // namespace at::tpu
 
@@ -507,8 +505,8 @@ TORCH_LIBRARY(torch_tpu, m) {
   m.def("initial_seed(int d) -> int", &py_initial_seed);
   m.def("get_rng_state(int d) -> Tensor", &py_get_rng_state);
   m.def("set_rng_state(int d, Tensor state) -> ()", &py_set_rng_state);
-  m.def("set_eager_mode(int mode) -> ()", &py_set_eager_mode);
-  m.def("get_eager_mode() -> int", &py_get_eager_mode);
+  m.def("set_eager_mode(str mode) -> ()", &py_set_eager_mode);
+  m.def("get_eager_mode() -> str", &py_get_eager_mode);
   m.def("fallback_counts() -> (str[], int[])", &fallback_counts);
   m.def("reset_fallback_counts() -> ()", &reset_fallback_counts);
   m.def("set_fallback_enabled(bool on) -> ()", &set_fallback_enabled);

@@ -21,8 +21,9 @@ Eager modes (see ``set_eager_mode``):
 
 def _autoload():
     """Entry point called by ``import torch`` (torch.backends group)."""
-    from . import _core
+    from . import _core, _decomp
     _core._register()
+    _decomp._register()
 
 
 import torch  # noqa: E402

@@ -9,7 +9,6 @@ __all__ = ["set_eager_mode", "get_eager_mode", "eager_mode", "fallback_counts", 
            "set_cpu_fallback_enabled", "cpu_fallback_enabled"]
 
 _loaded = False
-_MODES = {"debug": 0, "strict": 1}
 
 
 def _load_library():
@@ -38,19 +37,17 @@ def _register():
 
 
 def set_eager_mode(mode: str) -> None:
-    """Select the eager mode for ops issued from now on: "debug" or "strict"."""
-    if mode in ("fused", "defer_and_fuse"):
-        raise NotImplementedError("Fused Eager (DeferAndFuse) is not implemented yet in torch_tpu")
-    if mode not in _MODES:
-        raise ValueError(f"unknown eager mode {mode!r}; expected one of {sorted(_MODES)}")
+    """Select the eager mode for ops issued from now on: "debug" or "strict".
+
+    The mode is the runtime's (tpu_eager_mode): "fused" (or "defer_and_fuse")
+    raises NotImplementedError, an unknown name ValueError."""
     if mode == "strict":
         torch.tpu.synchronize()   # errors of earlier debug-mode work surface here, not later
-    torch.ops.torch_tpu.set_eager_mode(_MODES[mode])
+    torch.ops.torch_tpu.set_eager_mode(mode)
 
 
 def get_eager_mode() -> str:
-    m = torch.ops.torch_tpu.get_eager_mode()
-    return {v: k for k, v in _MODES.items()}[m]
+    return torch.ops.torch_tpu.get_eager_mode()
 
 
 @contextlib.contextmanager

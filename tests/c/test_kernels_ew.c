@@ -13,7 +13,7 @@
  * semantics of both kernels. Data-dependent failures (integer division by
  * zero, negative integer powers) must fail the same way in both. */
 #include "kernels/kernels-impl.h"
-#include "status-impl.h"
+#include "base/base-impl.h"
 #include "test.h"
 #include <math.h>
 #include <stdbool.h>
@@ -1267,6 +1267,8 @@ static void test_dtype_rules(void) {
 }
 
 int main(void) {
+    /* Bring the runtime up so kernels run on its compute pool, as under a launch. */
+    if (tpu_init() != TPU_OK) return 1;
     RUN_TEST(test_dtype_rules);
     RUN_TEST(test_golden_ew_f32);
     RUN_TEST(test_golden_ew_i64);

@@ -1002,6 +1002,8 @@ static void test_parallel_sizes(void)
 
 int main(void)
 {
+    /* Bring the runtime up so kernels run on its compute pool, as under a launch. */
+    if (tpu_init() != TPU_OK) return 1;
     RUN_TEST(test_softmax_hand);
     RUN_TEST(test_softmax_vs_ref);
     RUN_TEST(test_nll_hand);

@@ -539,6 +539,8 @@ static void test_errors(void)
 
 int main(void)
 {
+    /* Bring the runtime up so kernels run on its compute pool, as under a launch. */
+    if (tpu_init() != TPU_OK) return 1;
     RUN_TEST(test_hand);
     RUN_TEST(test_ref_gradients);
     RUN_TEST(test_lstm_vs_ref);

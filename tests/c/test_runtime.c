@@ -238,8 +238,10 @@ static void test_async_error(void) {
     CHECK_OK(tpu_memcpy(h, d, sizeof h, TPU_COPY_D2H, NULL));
     CHECK(h[0] >= 5 && h[0] < 10);
     CHECK_OK(tpu_device_synchronize(0));
-    /* Launch blocking (Debug Eager): the failure is returned by the launch itself. */
-    tpu_set_launch_blocking(true);
+    /* Debug Eager: the failure is returned by the launch itself. */
+    tpu_eager_mode mode0 = tpu_get_eager_mode();
+    CHECK_OK(tpu_set_eager_mode(TPU_EAGER_DEBUG));
+    CHECK(tpu_get_eager_mode() == TPU_EAGER_DEBUG);
     p.i[3] = 5;
     CHECK(tpu_launch(NULL, TPU_OP_RAND_INT, &t, 1, &p) == TPU_ERROR_KERNEL);
     CHECK(strstr(tpu_last_error(), "random") != NULL);
@@ -248,7 +250,19 @@ static void test_async_error(void) {
     CHECK_OK(tpu_launch(NULL, TPU_OP_RAND_INT, &t, 1, &p));
     CHECK_OK(tpu_memcpy(h, d, sizeof h, TPU_COPY_D2H, NULL));
     CHECK(h[3] >= 5 && h[3] < 10);
-    tpu_set_launch_blocking(false);
+    /* Fused Eager is not implemented yet: refused, the mode unchanged. */
+    CHECK(tpu_set_eager_mode(TPU_EAGER_FUSED) == TPU_ERROR_NOT_SUPPORTED);
+    CHECK(strstr(tpu_last_error(), "Fused Eager (DeferAndFuse) is not implemented yet") != NULL);
+    CHECK(tpu_set_eager_mode(TPU_EAGER_MODE_COUNT) == TPU_ERROR_INVALID_VALUE);
+    CHECK(tpu_get_eager_mode() == TPU_EAGER_DEBUG);
+    tpu_eager_mode m;
+    CHECK(tpu_eager_mode_from_name("defer_and_fuse", &m) == TPU_OK && m == TPU_EAGER_FUSED);
+    CHECK(tpu_eager_mode_from_name("strict", &m) == TPU_OK && m == TPU_EAGER_STRICT);
+    CHECK(tpu_eager_mode_from_name("bogus", &m) == TPU_ERROR_INVALID_VALUE);
+    CHECK(strcmp(tpu_last_error(), "unknown eager mode 'bogus'; expected one of ['debug', 'strict']") == 0);
+    CHECK(strcmp(tpu_eager_mode_name(TPU_EAGER_FUSED), "fused") == 0);
+    CHECK_OK(tpu_set_eager_mode(TPU_EAGER_STRICT));
+    CHECK_OK(tpu_set_eager_mode(mode0));
     CHECK_OK(tpu_free(d));
 }
 

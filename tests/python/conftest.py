@@ -8,6 +8,7 @@ import gc
 import pytest
 import torch
 import torch_tpu
+from torch._prims_common import is_non_overlapping_and_dense_or_false as _dense
 
 EAGER_MODES = ["debug", "strict"]
 
@@ -57,15 +58,21 @@ def no_leak(request):
     assert after == before, f"tpu memory leak: {after - before} bytes still allocated after {request.node.name}"
 
 
-def assert_close(tpu_result, cpu_result, **kw):
-    """Compare a tpu result with the CPU oracle: values, dtype, shape, NaN positions."""
+def assert_close(tpu_result, cpu_result, check_layout=True, **kw):
+    """Compare a tpu result with the CPU oracle: values, dtype, shape, NaN
+    positions, and the layout (strides) wherever PyTorch's is well defined
+    (the CPU result is dense and has more than one element)."""
     if isinstance(tpu_result, (tuple, list)):
         assert len(tpu_result) == len(cpu_result)
         for a, b in zip(tpu_result, cpu_result):
-            assert_close(a, b, **kw)
+            assert_close(a, b, check_layout, **kw)
         return
     if not isinstance(tpu_result, torch.Tensor):
         assert tpu_result == cpu_result
         return
     assert tpu_result.device.type == "tpu", f"result on {tpu_result.device}, expected tpu"
+    if check_layout and cpu_result.numel() > 1 and _dense(cpu_result):
+        ours = [s for s, n in zip(tpu_result.stride(), tpu_result.shape) if n > 1]
+        theirs = [s for s, n in zip(cpu_result.stride(), cpu_result.shape) if n > 1]
+        assert ours == theirs, f"strides {tpu_result.stride()} differ from CPU's {cpu_result.stride()}"
     torch.testing.assert_close(tpu_result.cpu(), cpu_result, equal_nan=True, **kw)

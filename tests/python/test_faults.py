@@ -415,3 +415,13 @@ def test_corrupt_checkpoint_raises_and_device_keeps_working(tmp_path):
     except Exception:
         pass
     assert (torch.ones(2, device="tpu") + 1).sum().item() == 4.0
+
+
+def test_clamp_integer_bounds_convert_like_cpu():
+    x = torch.arange(5, dtype=torch.uint8)
+    assert_close(torch.clamp(x.to("tpu"), -1, 2), torch.clamp(x, -1, 2))      # -1 wraps to 255 for uint8
+    assert_close(torch.clamp(x.to("tpu"), min=1), torch.clamp(x, min=1))
+    y = torch.arange(-4, 5, dtype=torch.int32)
+    assert_close(torch.clamp(y.to("tpu"), -2, 3), torch.clamp(y, -2, 3))
+    with pytest.raises(RuntimeError, match="overflow"):
+        torch.clamp(torch.arange(5, dtype=torch.int8).to("tpu"), -200, 100)

@@ -31,9 +31,20 @@ typedef enum tpu_op {
     TPU_OP_COUNT
 } tpu_op;
 
+/* The op families, the one list: X(ENUM, fast kernel, reference kernel) names
+ * TPU_FAM_<ENUM>, its fast kernel tpu_k_<fast> (runtime/src/kernels/) and its
+ * reference tpu_ref_<ref> (runtime/src/ref/); the runtime's dispatch tables
+ * and prototypes are generated from it. */
+#define TPU_FAMILIES(X)                                                                       \
+    X(EW, elementwise, ew) X(RED, reduce, red) X(SCAN, scan, scan) X(GEMM, gemm, gemm)         \
+    X(SOFTMAX, softmax, softmax) X(LOSS, loss, loss) X(NORM, norm, norm) X(INDEX, index, index) \
+    X(RANDOM, random, random) X(OPTIM, optim, optim) X(SHAPE, shape, shape) X(RNN, rnn, rnn)
+
 typedef enum tpu_op_family {
-    TPU_FAM_EW, TPU_FAM_RED, TPU_FAM_SCAN, TPU_FAM_GEMM, TPU_FAM_SOFTMAX, TPU_FAM_LOSS,
-    TPU_FAM_NORM, TPU_FAM_INDEX, TPU_FAM_RANDOM, TPU_FAM_OPTIM, TPU_FAM_SHAPE, TPU_FAM_RNN, TPU_FAM_COUNT
+#define TPU_FAM_ENUM_(e, fast, ref) TPU_FAM_##e,
+    TPU_FAMILIES(TPU_FAM_ENUM_)
+#undef TPU_FAM_ENUM_
+    TPU_FAM_COUNT
 } tpu_op_family;
 
 /* Same order as c10::ScalarType's first entries is NOT assumed; the glue maps. */
@@ -79,9 +90,23 @@ tpu_tensor tpu_tensor_scalar_f(double v, tpu_dtype dt);
 tpu_tensor tpu_tensor_scalar_i(int64_t v, tpu_dtype dt);
 int64_t tpu_tensor_numel(const tpu_tensor *t);
 
-/* Debug switch: when on, every launch waits for its kernel (Debug Eager). */
-void tpu_set_launch_blocking(bool on);
-bool tpu_get_launch_blocking(void);
+/* Eager modes: how launches (and copies) issued from now on run. One
+ * process-wide setting; thread-safe (a relaxed atomic).
+ *   TPU_EAGER_DEBUG   every launch and copy waits for its work, errors raise
+ *                     at the op (TORCH_TPU_LAUNCH_BLOCKING=1 at start-up)
+ *   TPU_EAGER_STRICT  op by op, queued on the stream, asynchronous (default)
+ *   TPU_EAGER_FUSED   DeferAndFuse: record, fuse at flush points (not
+ *                     implemented yet) */
+typedef enum tpu_eager_mode { TPU_EAGER_DEBUG, TPU_EAGER_STRICT, TPU_EAGER_FUSED, TPU_EAGER_MODE_COUNT } tpu_eager_mode;
+tpu_eager_mode tpu_get_eager_mode(void);
+/* TPU_ERROR_NOT_SUPPORTED for TPU_EAGER_FUSED (not implemented yet),
+ * TPU_ERROR_INVALID_VALUE for a value outside the enum; the mode is unchanged then. */
+tpu_status tpu_set_eager_mode(tpu_eager_mode m);
+/* "debug", "strict", "fused" ("?" outside the enum); static strings. */
+const char *tpu_eager_mode_name(tpu_eager_mode m);
+/* The mode named `name` (its tpu_eager_mode_name, or "defer_and_fuse" for
+ * fused); TPU_ERROR_INVALID_VALUE naming the modes there are otherwise. */
+tpu_status tpu_eager_mode_from_name(const char *name, tpu_eager_mode *out);
 
 #ifdef __cplusplus
 }

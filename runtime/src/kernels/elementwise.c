@@ -333,14 +333,8 @@ static void ew_sqrt_d_avx(double *restrict o, const double *restrict x) {
     for (int i = 0; i < EW_TILE; i += 4) _mm256_storeu_pd(o + i, _mm256_sqrt_pd(_mm256_loadu_pd(x + i)));
 }
 static int ew_isa(void) {
-    static _Atomic int isa = -1;
-    int v = atomic_load_explicit(&isa, memory_order_relaxed);
-    if (v < 0) {
-        __builtin_cpu_init();
-        v = __builtin_cpu_supports("avx512f") ? 2 : __builtin_cpu_supports("avx") ? 1 : 0;
-        atomic_store_explicit(&isa, v, memory_order_relaxed);
-    }
-    return v;
+    unsigned f = tpu_cpu_features();
+    return (f & TPU_CPU_AVX512F) ? 2 : (f & TPU_CPU_AVX) ? 1 : 0;
 }
 static void ew_sqrt_f(float *restrict o, const float *restrict x) {
     int isa = ew_isa();

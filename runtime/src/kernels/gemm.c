@@ -14,7 +14,7 @@
  * computed in fp32); "high" runs three bf16 passes (hi*hi + hi*lo + lo*hi).
  * AMX tiles are detected but not used yet (no AMX host to validate on).
  * float64 uses a plain blocked loop. */
-#include "kernels-impl.h"
+#include "kernels/kernels-impl.h"
 #include <immintrin.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,9 +25,6 @@
 #define KC 256
 #define MC 64
 
-
-tpu_mxu_kind tpu_mxu_detected(void);
-int tpu_num_workers(void);
 
 /* ---------------- micro-kernels: acc[MR][NR] (+)= Ap * Bp ---------------- */
 
@@ -323,18 +320,6 @@ static void gemm_f64_rows(void *ctx, int64_t rb, int64_t re) {
     free(row);
 }
 
-tpu_status tpu_gemm_check(tpu_kargs *a);
-tpu_status tpu_gemm_check(tpu_kargs *a) {
-    const tpu_tensor *o = &a->t[0], *A = &a->t[1], *B = &a->t[2];
-    if (o->ndim != 3 || A->ndim != 3 || B->ndim != 3 || (a->n > 3 && !a->t[3].is_scalar && a->t[3].ndim != 3))
-        return tpu_kernel_fail(a, "matmul operands must be 3-d (batch, rows, cols)");
-    if (A->sizes[2] != B->sizes[1] || o->sizes[1] != A->sizes[1] || o->sizes[2] != B->sizes[2] ||
-        A->sizes[0] != o->sizes[0] || B->sizes[0] != o->sizes[0])
-        return tpu_kernel_fail(a, "mat1 and mat2 shapes cannot be multiplied (%lldx%lld and %lldx%lld)",
-                               (long long)A->sizes[1], (long long)A->sizes[2], (long long)B->sizes[1], (long long)B->sizes[2]);
-    return TPU_OK;
-}
-
 tpu_status tpu_k_gemm(tpu_kargs *a) {
     tpu_status s = tpu_gemm_check(a);
     if (s) return s;
@@ -354,7 +339,7 @@ tpu_status tpu_k_gemm(tpu_kargs *a) {
     j.npanels = (j.N + NR - 1) / NR;
     j.mtasks = (j.M + MC - 1) / MC;
     /* Enough tasks for every worker: split columns only when row blocks are few. */
-    int nw = tpu_num_workers();
+    int nw = tpu_compute_workers();
     j.nsplit = j.mtasks >= 2 * nw ? 1 : (2 * nw + j.mtasks - 1) / j.mtasks;
     if (j.nsplit > j.npanels) j.nsplit = j.npanels;
     size_t bytes = (size_t)(j.Kp ? j.Kp : 1) * (size_t)j.npanels * NR * (j.use_bf16 ? 2 : 4);

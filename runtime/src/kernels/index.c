@@ -12,7 +12,7 @@
  * outside `dim` never touch the same destination element, so work is split
  * over (outer position, block of inner positions), and each item runs k in
  * order: duplicate indices accumulate deterministically. */
-#include "kernels-impl.h"
+#include "kernels/kernels-impl.h"
 #include <stdbool.h>
 #include <string.h>
 

@@ -1,26 +1,15 @@
-/* kernels-impl.h - what a kernel sees, shared by fast (kernels/) and reference (ref/) kernels.
- *
- * A kernel gets a tpu_kargs: the op, its operands with `base` already
- * translated to a host-addressable pointer (the vTPU's device memory), and
- * the parameters. Launch-time validation (arity, ranks, storage bounds) has
- * already been done; a kernel checks data-dependent things (index ranges)
- * and reports failures with tpu_kernel_fail(), which names the op. */
+/* kernels-impl.h - the kernels floor (runtime/src/kernels/): fast kernels by
+ * family, the registry mapping op -> kernel (registry.c), and what every
+ * family shares (compute.c): CPU features and the compute pool interface.
+ * Uses only ref/ and base/; the device (vtpu/) sits above and hands the
+ * kernels its compute pool at start-up (tpu_kernels_set_compute). */
 #ifndef TPU_KERNELS_IMPL_H
 #define TPU_KERNELS_IMPL_H
 
-#include "tpu/tpu.h"
+#include "ref/ref-impl.h"
+#include "tpu/device.h"      /* tpu_mxu_kind (a type only: kernels call nothing there) */
 #include <stdint.h>
 #include <stddef.h>
-
-typedef struct tpu_kargs {
-    tpu_op op;
-    int n;                               /* operands: outputs first */
-    tpu_tensor t[TPU_MAX_OPERANDS];      /* t[k].base is a host pointer here */
-    tpu_params p;
-    char err[256];                       /* filled by tpu_kernel_fail */
-} tpu_kargs;
-
-typedef tpu_status (*tpu_kernel_fn)(tpu_kargs *a);
 
 /* Per-ISA clones of hot loops (AVX-512 / AVX2 / baseline, picked at load
  * time by an ifunc). ThreadSanitizer crashes on ifunc resolvers that run
@@ -31,70 +20,44 @@ typedef tpu_status (*tpu_kernel_fn)(tpu_kargs *a);
 #define TPU_TARGET_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #endif
 
-/* Record a kernel failure; returns TPU_ERROR_KERNEL for `return tpu_kernel_fail(...)`. */
-tpu_status tpu_kernel_fail(tpu_kargs *a, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
-/* Fast kernels by family (kernels/<family>.c); ref kernels (ref/ref.c). */
-tpu_status tpu_k_elementwise(tpu_kargs *a);
-tpu_status tpu_k_reduce(tpu_kargs *a);
-tpu_status tpu_k_scan(tpu_kargs *a);
-tpu_status tpu_k_gemm(tpu_kargs *a);
-tpu_status tpu_k_softmax(tpu_kargs *a);
-tpu_status tpu_k_loss(tpu_kargs *a);
-tpu_status tpu_k_norm(tpu_kargs *a);
-tpu_status tpu_k_index(tpu_kargs *a);
-tpu_status tpu_k_random(tpu_kargs *a);
-tpu_status tpu_k_optim(tpu_kargs *a);
-tpu_status tpu_k_shape(tpu_kargs *a);
-tpu_status tpu_k_rnn(tpu_kargs *a);
-/* Reference: one naive implementation of every op, never fast, never fused.
- * tpu_ref_run dispatches by family to tpu_ref_<family> (ref/ref_<family>.c). */
-tpu_status tpu_ref_run(tpu_kargs *a);
-tpu_status tpu_ref_ew(tpu_kargs *a);
-tpu_status tpu_ref_red(tpu_kargs *a);
-tpu_status tpu_ref_scan(tpu_kargs *a);
-tpu_status tpu_ref_gemm(tpu_kargs *a);
-tpu_status tpu_ref_softmax(tpu_kargs *a);
-tpu_status tpu_ref_loss(tpu_kargs *a);
-tpu_status tpu_ref_norm(tpu_kargs *a);
-tpu_status tpu_ref_index(tpu_kargs *a);
-tpu_status tpu_ref_random(tpu_kargs *a);
-tpu_status tpu_ref_optim(tpu_kargs *a);
-tpu_status tpu_ref_shape(tpu_kargs *a);
-tpu_status tpu_ref_rnn(tpu_kargs *a);
-/* Operand checks of an RNN-family launch, shared by the fast and reference
- * kernels (ref/ref_rnn.c): *B, *H are the batch and hidden sizes. */
-tpu_status tpu_rnn_check(tpu_kargs *a, int64_t *B, int64_t *H);
-/* Run the fast kernel of a.op (dispatch by family). */
+/* Fast kernels by family (kernels/<family>.c): tpu_k_elementwise, tpu_k_reduce, ... */
+#define TPU_K_DECL_(e, fast, ref) tpu_status tpu_k_##fast(tpu_kargs *a);
+TPU_FAMILIES(TPU_K_DECL_)
+#undef TPU_K_DECL_
+/* Run the fast kernel of a.op (registry.c: dispatch by family). */
 tpu_status tpu_kernel_run(tpu_kargs *a);
+
+/* ---- the compute pool, provided by the floor above (compute.c) ----
+ * The device registers its pool once at start-up (vtpu/pool.c, from the
+ * first runtime entry); until then (kernel-only programs) loops run serially
+ * on the calling thread. Thread-safe: the interface pointer is published
+ * with release / read with acquire. */
+typedef struct tpu_compute_iface {
+    /* fn(ctx, begin, end) on disjoint ranges of [0, n) of at least `grain` items. */
+    void (*parallel_for)(int64_t n, int64_t grain, void (*fn)(void *ctx, int64_t b, int64_t e), void *ctx);
+    int (*num_workers)(void);        /* compute threads, the caller included */
+    bool mxu_portable;               /* TPU_MXU=portable: the matrix unit's C path */
+} tpu_compute_iface;
+/* Borrowed: `c` must live as long as the process (a static). */
+void tpu_kernels_set_compute(const tpu_compute_iface *c);
 
 /* Parallel loop over [0, n) on the chip's compute workers: fn(ctx, begin, end)
  * is called on disjoint ranges of at least `grain` items (serial if small). */
 void tpu_parallel_for(int64_t n, int64_t grain, void (*fn)(void *ctx, int64_t b, int64_t e), void *ctx);
+/* Compute threads a parallel loop may use (1 without a pool). */
+int tpu_compute_workers(void);
 
-/* Element pointer helpers. */
-static inline char *tpu_elem_ptr(const tpu_tensor *t, int64_t elem_off) {
-    return (char *)t->base + (size_t)(t->offset + elem_off) * tpu_dtype_size((tpu_dtype)t->dtype);
-}
-
-/* bf16 / f16 conversions (round to nearest even). */
-static inline float tpu_bf16_to_f32(uint16_t h) {
-    union { uint32_t u; float f; } v; v.u = (uint32_t)h << 16; return v.f;
-}
-static inline uint16_t tpu_f32_to_bf16(float f) {
-    union { uint32_t u; float f; } v; v.f = f;
-    if ((v.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((v.u >> 16) | 0x40); /* quiet NaN */
-    uint32_t r = 0x7fffu + ((v.u >> 16) & 1u);
-    return (uint16_t)((v.u + r) >> 16);
-}
-static inline float tpu_f16_to_f32(uint16_t h) { _Float16 x; __builtin_memcpy(&x, &h, 2); return (float)x; }
-static inline uint16_t tpu_f32_to_f16(float f) { _Float16 x = (_Float16)f; uint16_t h; __builtin_memcpy(&h, &x, 2); return h; }
-
-/* Generic load/store of one element converted to/from double and int64. */
-double tpu_load_f64(const void *p, tpu_dtype dt);
-int64_t tpu_load_i64(const void *p, tpu_dtype dt);
-void tpu_store_f64(void *p, tpu_dtype dt, double v);
-void tpu_store_i64(void *p, tpu_dtype dt, int64_t v);
+/* ---- the host CPU (compute.c): probed once, cached ---- */
+enum {
+    TPU_CPU_AVX = 1u << 0,
+    TPU_CPU_AVX2 = 1u << 1,
+    TPU_CPU_AVX512F = 1u << 2,
+    TPU_CPU_AVX512BF16 = 1u << 3,   /* with the OS's AVX-512 state */
+    TPU_CPU_AMX = 1u << 4,          /* AMX-TILE and AMX-BF16 (not used yet) */
+};
+unsigned tpu_cpu_features(void);
+/* The matrix unit the kernels use: AVX512-BF16 if the host has it, else
+ * portable (also when TPU_MXU=portable was registered). */
+tpu_mxu_kind tpu_mxu_detected(void);
 
 #endif

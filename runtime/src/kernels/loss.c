@@ -4,7 +4,7 @@
  * targets are int64 (int32 accepted). All targets are checked before
  * anything is written, so a bad target leaves the outputs untouched.
  * Arithmetic is in double, rounded once at the store. */
-#include "kernels-impl.h"
+#include "kernels/kernels-impl.h"
 #include <math.h>
 #include <string.h>
 

@@ -11,7 +11,7 @@
  * worker count, so results are deterministic); each chunk writes dx for its
  * rows and partial dw/db column sums (float over LN_FLUSH rows, then double),
  * which are added in chunk order. */
-#include "kernels-impl.h"
+#include "kernels/kernels-impl.h"
 #include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>

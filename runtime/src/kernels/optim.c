@@ -12,7 +12,7 @@
  * multiply-add); bf16/f16 state is rounded only when stored (one fused step,
  * like torch's fused=True, not one rounding per op); f64 computes in double.
  * amsgrad is not supported. */
-#include "kernels-impl.h"
+#include "kernels/kernels-impl.h"
 #include <immintrin.h>
 #include <math.h>
 #include <stdbool.h>
@@ -135,13 +135,13 @@ __attribute__((target("avx2"))) static int64_t adamw_bf16_avx2(const adamw_c *c,
 
 static void adamw_f32_contig(const adamw_c *c, float *p, float *m, float *v, const float *g, int64_t n)
 {
-    int64_t i = __builtin_cpu_supports("avx2") ? adamw_f32_avx2(c, p, m, v, g, n) : 0;
+    int64_t i = (tpu_cpu_features() & TPU_CPU_AVX2) ? adamw_f32_avx2(c, p, m, v, g, n) : 0;
     for (; i < n; i++) adamw_f(c, p + i, m + i, v + i, g[i]);
 }
 
 static void adamw_bf16_contig(const adamw_c *c, uint16_t *p, uint16_t *m, uint16_t *v, const uint16_t *g, int64_t n)
 {
-    int64_t i = __builtin_cpu_supports("avx2") ? adamw_bf16_avx2(c, p, m, v, g, n) : 0;
+    int64_t i = (tpu_cpu_features() & TPU_CPU_AVX2) ? adamw_bf16_avx2(c, p, m, v, g, n) : 0;
     for (; i < n; i++) {
         float pp = tpu_bf16_to_f32(p[i]), mm = tpu_bf16_to_f32(m[i]), vv = tpu_bf16_to_f32(v[i]);
         adamw_f(c, &pp, &mm, &vv, tpu_bf16_to_f32(g[i]));

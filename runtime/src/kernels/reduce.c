@@ -321,14 +321,8 @@ RED_FOLD_FNS(d_base, double, )
 #undef LOADV
 
 static int red_isa(void) {
-    static _Atomic int isa = -1;
-    int v = atomic_load_explicit(&isa, memory_order_relaxed);
-    if (v < 0) {
-        __builtin_cpu_init();
-        v = __builtin_cpu_supports("avx512f") ? 2 : __builtin_cpu_supports("avx2") ? 1 : 0;
-        atomic_store_explicit(&isa, v, memory_order_relaxed);
-    }
-    return v;
+    unsigned f = tpu_cpu_features();
+    return (f & TPU_CPU_AVX512F) ? 2 : (f & TPU_CPU_AVX2) ? 1 : 0;
 }
 
 #define RED_DISPATCH(SFX, ST)                                                          \

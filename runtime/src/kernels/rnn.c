@@ -24,7 +24,7 @@
  * Compute domains: float32 / bfloat16 / float16 compute in float with the
  * branch-free exp below (about 1 ulp, vectorizable; PyTorch uses Sleef),
  * float64 in double with libm. Bias sums accumulate in double. */
-#include "kernels-impl.h"
+#include "kernels/kernels-impl.h"
 #include <math.h>
 #include <stdbool.h>
 #include <string.h>

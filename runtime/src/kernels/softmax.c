@@ -19,7 +19,7 @@
  * version, e.g. to test it). exp() of floats is a Cephes-style polynomial
  * (about 1 ulp) that keeps NaN and gives 0 below -87.3; it is called on
  * x - max <= 0 and on log-probabilities. */
-#include "kernels-impl.h"
+#include "kernels/kernels-impl.h"
 #include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>

@@ -11,7 +11,7 @@
  * output dtype. Float math uses libm in the domain's precision (expf for
  * float, exp for double), so the fast kernel's approximations are checked
  * against correctly rounded functions. */
-#include "kernels/kernels-impl.h"
+#include "ref/ref-impl.h"
 #include <math.h>
 #include <stdbool.h>
 #include <string.h>

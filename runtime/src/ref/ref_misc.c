@@ -1,9 +1,17 @@
-/* ref_misc.c - reference kernels for the matrix unit and random fills:
- * naive loops in double, the oracle the fast kernels are tested against. */
-#include "../kernels/kernels-impl.h"
-#include "../kernels/random-impl.h"
+/* ref_misc.c - the matrix unit's operand check and reference kernel: a naive
+ * loop in double, the oracle the fast kernel (kernels/gemm.c) is tested against. */
+#include "ref/ref-impl.h"
 
-tpu_status tpu_gemm_check(tpu_kargs *a);
+tpu_status tpu_gemm_check(tpu_kargs *a) {
+    const tpu_tensor *o = &a->t[0], *A = &a->t[1], *B = &a->t[2];
+    if (o->ndim != 3 || A->ndim != 3 || B->ndim != 3 || (a->n > 3 && !a->t[3].is_scalar && a->t[3].ndim != 3))
+        return tpu_kernel_fail(a, "matmul operands must be 3-d (batch, rows, cols)");
+    if (A->sizes[2] != B->sizes[1] || o->sizes[1] != A->sizes[1] || o->sizes[2] != B->sizes[2] ||
+        A->sizes[0] != o->sizes[0] || B->sizes[0] != o->sizes[0])
+        return tpu_kernel_fail(a, "mat1 and mat2 shapes cannot be multiplied (%lldx%lld and %lldx%lld)",
+                               (long long)A->sizes[1], (long long)A->sizes[2], (long long)B->sizes[1], (long long)B->sizes[2]);
+    return TPU_OK;
+}
 
 /* What the matrix unit sees of x: bf16 rounding (medium/bf16) or hi+lo split (high). */
 static double mxu_value(double x, int part) {
@@ -42,19 +50,4 @@ tpu_status tpu_ref_gemm(tpu_kargs *a) {
                 tpu_store_f64(tpu_elem_ptr(o, b * o->strides[0] + i * o->strides[1] + j * o->strides[2]), (tpu_dtype)o->dtype, v);
             }
     return TPU_OK;
-}
-
-tpu_status tpu_ref_random(tpu_kargs *a) {
-    const tpu_tensor *o = &a->t[0];
-    tpu_status s = tpu_random_check(a);
-    if (s) return s;
-    int64_t n = tpu_tensor_numel(o), idx[TPU_MAX_DIMS];
-    bool ok = true;
-    for (int64_t i = 0; i < n; i++) {
-        int64_t rem = i;
-        for (int d = o->ndim - 1; d >= 0; d--) { idx[d] = rem % o->sizes[d]; rem /= o->sizes[d]; }
-        tpu_rand_cache fresh = { 0 };          /* no reuse: one block per element */
-        ok &= tpu_random_store(a, i, idx, &fresh);
-    }
-    return ok ? TPU_OK : tpu_random_bad_p(a);
 }

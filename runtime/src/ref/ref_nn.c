@@ -5,7 +5,7 @@
  * tpu_store_f64, every offset computed from a full multi-index, all
  * arithmetic and accumulation in double, serial. Never optimize this file;
  * its value is that it is obviously right. */
-#include "../kernels/kernels-impl.h"
+#include "ref/ref-impl.h"
 #include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>

@@ -6,7 +6,7 @@
  * SUM/PROD/AMAX/AMIN when input and output are integer/bool, wrapping like
  * the C++ integer types), variance by two passes. Scans walk each line in
  * order with the same accumulator rule. Never optimized. */
-#include "kernels/kernels-impl.h"
+#include "ref/ref-impl.h"
 #include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>

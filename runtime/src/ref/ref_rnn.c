@@ -4,7 +4,7 @@
  * Naive on purpose: one element at a time through tpu_load_f64 /
  * tpu_store_f64, all arithmetic and bias sums in double, serial, written
  * straight from the formulas next to the ops in ops.def. */
-#include "../kernels/kernels-impl.h"
+#include "ref/ref-impl.h"
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>

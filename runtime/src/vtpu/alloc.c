@@ -19,7 +19,7 @@
  * never an abort. "reserved" = bytes taken from the arena (live + cached).
  */
 #define _GNU_SOURCE
-#include "vtpu-impl.h"
+#include "vtpu/vtpu-impl.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -268,7 +268,7 @@ static tpu_status lookup(const void *devptr, tpu_chip **c, struct tpu_alloc **a,
     tpu_status s = tpu_chip_get(dev, c);
     if (s) return s;
     *a = (*c)->alloc;
-    *off = (uintptr_t)devptr & (((uintptr_t)1 << TPU_DEVADDR_SHIFT) - 1);
+    *off = tpu_devaddr_offset(devptr);
     return TPU_OK;
 }
 

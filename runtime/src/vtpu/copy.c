@@ -6,7 +6,7 @@
  * memory); with pinned memory an asynchronous copy returns at once and the
  * pinned block remembers the stream position it must wait for when freed. */
 #define _GNU_SOURCE
-#include "vtpu-impl.h"
+#include "vtpu/vtpu-impl.h"
 #include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
@@ -140,7 +140,7 @@ static tpu_status do_copy(tpu_tensor dst, tpu_tensor src, tpu_copy_kind kind, tp
     pinned *r = host_side ? find_pinned(host_side) : NULL;
     pthread_mutex_unlock(&pin_mu);
     pinned_host = r != NULL;
-    bool must_wait = !async || (host_side && !pinned_host) || tpu_get_launch_blocking();
+    bool must_wait = !async || (host_side && !pinned_host) || tpu_get_eager_mode() == TPU_EAGER_DEBUG;
     if (must_wait) {
         /* Idle stream: copy on this thread (no wake-up round trip), still in stream order. */
         tpu_status cs;
@@ -154,13 +154,13 @@ static tpu_status do_copy(tpu_tensor dst, tpu_tensor src, tpu_copy_kind kind, tp
         r->last_seq = seq;
         pthread_mutex_unlock(&pin_mu);
     }
-    bool wait = !async || (host_side && !pinned_host) || tpu_get_launch_blocking();
+    bool wait = !async || (host_side && !pinned_host) || tpu_get_eager_mode() == TPU_EAGER_DEBUG;
     if (wait) {
         tpu_stream_wait_seq(stream, seq);
         /* An interrupted wait cancelled the copy: say so now, not at the next sync. */
         if (tpu_interrupted())
             return tpu_set_error(TPU_ERROR_INTERRUPTED, "copy of %zu bytes interrupted before it ran", bytes);
-        if (!async || tpu_get_launch_blocking()) return tpu_stream_synchronize(stream);
+        if (!async || tpu_get_eager_mode() == TPU_EAGER_DEBUG) return tpu_stream_synchronize(stream);
     }
     return TPU_OK;
 }

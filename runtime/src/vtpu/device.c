@@ -7,8 +7,7 @@
  * only device addresses ((dev+1) << 44 + offset), which the runtime
  * translates; they are not mapped in the host's address space. */
 #define _GNU_SOURCE
-#include "vtpu-impl.h"
-#include <cpuid.h>
+#include "vtpu/vtpu-impl.h"
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
@@ -131,6 +130,7 @@ static pthread_once_t config_once = PTHREAD_ONCE_INIT;
 static void config_init(void) {
     config_status = tpu_config_parse(env_get, &config);
     if (config_status) snprintf(config_msg, sizeof config_msg, "%s", tpu_last_error());
+    tpu_pool_register(config.mxu_portable);   /* the kernels' compute pool, from the first runtime entry on */
 }
 
 const tpu_config *tpu_config_get(tpu_status *st) {
@@ -227,7 +227,7 @@ void *tpu_dev_to_host(const void *devptr) {
     uintptr_t d = (a >> TPU_DEVADDR_SHIFT);
     if (d < 1 || d > (uintptr_t)TPU_MAX_DEVICES) return NULL;
     tpu_chip *c = &chips[d - 1];
-    uintptr_t off = a & (((uintptr_t)1 << TPU_DEVADDR_SHIFT) - 1);
+    uintptr_t off = tpu_devaddr_offset(devptr);
     if (!c->arena || off > c->capacity) return NULL;
     return c->arena + off;
 }
@@ -239,38 +239,6 @@ int tpu_mem_device_of(const void *devptr) {
     return chips[d - 1].arena ? (int)(d - 1) : -1;
 }
 
-static tpu_mxu_kind detect_mxu(void) {
-    unsigned a, b, c, d;
-    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return TPU_MXU_PORTABLE;
-    bool amx = (d >> 22) & 1 && (d >> 24) & 1;
-    unsigned a1 = 0, b1, c1, d1;
-    __get_cpuid_count(7, 1, &a1, &b1, &c1, &d1);
-    bool bf16 = (a1 >> 5) & 1;
-    bool avx512f = (b >> 16) & 1;
-    /* AMX also needs the OS to grant the tile state; we do not use AMX tiles
-     * yet (no AMX host to test on), so it is reported but not selected. */
-    (void)amx;
-    if (bf16 && avx512f && __builtin_cpu_supports("avx512f")) return TPU_MXU_AVX512_BF16;
-    return TPU_MXU_PORTABLE;
-}
-
-bool tpu_host_has_amx(void);
-bool tpu_host_has_amx(void) {
-    unsigned a, b, c, d;
-    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
-    return ((d >> 22) & 1) && ((d >> 24) & 1);
-}
-
-tpu_mxu_kind tpu_mxu_detected(void);
-tpu_mxu_kind tpu_mxu_detected(void) {
-    static int cached = -1;
-    if (cached < 0) {
-        /* TPU_MXU=portable forces the C path (tests); an invalid value fails tpu_init(). */
-        cached = tpu_config_get(NULL)->mxu_portable ? TPU_MXU_PORTABLE : (int)detect_mxu();
-    }
-    return (tpu_mxu_kind)cached;
-}
-
 const char *tpu_mxu_name(tpu_mxu_kind k) {
     switch (k) {
     case TPU_MXU_AMX: return "AMX";
@@ -278,8 +246,6 @@ const char *tpu_mxu_name(tpu_mxu_kind k) {
     default: return "portable";
     }
 }
-
-int tpu_num_workers(void);
 
 tpu_status tpu_device_get_props(int dev, tpu_device_props *out) {
     tpu_status s = tpu_check_fork();

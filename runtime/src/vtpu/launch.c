@@ -1,29 +1,52 @@
 /* launch.c - kernel launch: validate the argument block, translate device
- * addresses, queue the command (or run and wait, in launch-blocking mode).
+ * addresses, queue the command (or run and wait, in Debug Eager); the eager mode.
  *
  * Everything checkable without reading device memory is checked here and
  * returned synchronously: the op, its arity, and every operand through the
  * shared view check (view.c): rank, dtype, the view inside its storage, the
  * storage a live allocation. */
-#include "vtpu-impl.h"
+#include "vtpu/vtpu-impl.h"
 #include <stdlib.h>
 #include <string.h>
 
-static atomic_bool launch_blocking;
-static pthread_once_t blocking_once = PTHREAD_ONCE_INIT;
+/* ---- the eager mode: the one copy of it (the C++ glue and Python read it here) ---- */
+static _Atomic int eager_mode = TPU_EAGER_STRICT;
+static pthread_once_t mode_once = PTHREAD_ONCE_INIT;
+static const char *const mode_names[TPU_EAGER_MODE_COUNT] = { "debug", "strict", "fused" };
+_Static_assert(TPU_EAGER_MODE_COUNT == 3, "eager mode names");
 
-static void blocking_init(void) {
+/* TORCH_TPU_LAUNCH_BLOCKING (any value but unset, "" or "0"; tpu_init()
+ * rejects anything but 0 or 1) starts in Debug Eager. TORCH_TPU_DEFER_AND_FUSE=1
+ * asks for Fused Eager, not implemented yet: the Python package warns and
+ * the runtime stays in Strict Eager. */
+static void mode_init(void) {
     const char *v = getenv("TORCH_TPU_LAUNCH_BLOCKING");
-    if (v && *v && strcmp(v, "0") != 0) atomic_store(&launch_blocking, true);
+    if (v && *v && strcmp(v, "0") != 0) atomic_store_explicit(&eager_mode, TPU_EAGER_DEBUG, memory_order_relaxed);
 }
 
-void tpu_set_launch_blocking(bool on) {
-    pthread_once(&blocking_once, blocking_init);
-    atomic_store_explicit(&launch_blocking, on, memory_order_relaxed);
+tpu_eager_mode tpu_get_eager_mode(void) {
+    pthread_once(&mode_once, mode_init);
+    return (tpu_eager_mode)atomic_load_explicit(&eager_mode, memory_order_relaxed);
 }
-bool tpu_get_launch_blocking(void) {
-    pthread_once(&blocking_once, blocking_init);
-    return atomic_load_explicit(&launch_blocking, memory_order_relaxed);
+
+tpu_status tpu_set_eager_mode(tpu_eager_mode m) {
+    if ((unsigned)m >= TPU_EAGER_MODE_COUNT) return tpu_set_error(TPU_ERROR_INVALID_VALUE, "unknown eager mode %d", (int)m);
+    if (m == TPU_EAGER_FUSED)
+        return tpu_set_error(TPU_ERROR_NOT_SUPPORTED, "Fused Eager (DeferAndFuse) is not implemented yet in torch_tpu");
+    pthread_once(&mode_once, mode_init);
+    atomic_store_explicit(&eager_mode, (int)m, memory_order_relaxed);
+    return TPU_OK;
+}
+
+const char *tpu_eager_mode_name(tpu_eager_mode m) { return (unsigned)m < TPU_EAGER_MODE_COUNT ? mode_names[m] : "?"; }
+
+tpu_status tpu_eager_mode_from_name(const char *name, tpu_eager_mode *out) {
+    for (int m = 0; m < TPU_EAGER_MODE_COUNT; m++)
+        if (strcmp(name, mode_names[m]) == 0) { *out = (tpu_eager_mode)m; return TPU_OK; }
+    if (strcmp(name, "defer_and_fuse") == 0) { *out = TPU_EAGER_FUSED; return TPU_OK; }
+    /* The modes one can select today (Python's sorted list), as PyTorch-style users read it. */
+    return tpu_set_error(TPU_ERROR_INVALID_VALUE, "unknown eager mode '%.64s'; expected one of ['%s', '%s']", name,
+                         mode_names[TPU_EAGER_DEBUG], mode_names[TPU_EAGER_STRICT]);
 }
 
 tpu_status tpu_launch(tpu_stream_t stream, tpu_op op, const tpu_tensor *operands, int n, const tpu_params *params) {
@@ -57,7 +80,7 @@ tpu_status tpu_launch(tpu_stream_t stream, tpu_op op, const tpu_tensor *operands
             "Expected all tensors to be on the same device, but found at least two devices, tpu:%d and tpu:%d!",
             dev, tpu_stream_device(stream));
     }
-    if (tpu_get_launch_blocking()) {
+    if (tpu_get_eager_mode() == TPU_EAGER_DEBUG) {
         /* Debug Eager: run on this thread when the stream is idle (no wake-up round trip). */
         tpu_status ks;
         if (tpu_stream_try_inline(stream, c, &ks)) return ks;

@@ -1,4 +1,5 @@
-/* pool.c - the compute workers behind tpu_parallel_for.
+/* pool.c - the compute workers behind the kernels' tpu_parallel_for
+ * (registered with the kernels floor by tpu_pool_register at start-up).
  *
  * DESIGN
  * One process-wide pool of TPU_NUM_WORKERS-1 threads (default: the number of
@@ -8,8 +9,7 @@
  * pool busy runs its loop serially instead of waiting. Idle workers spin
  * briefly, then sleep on a condition variable. */
 #define _GNU_SOURCE
-#include "../kernels/kernels-impl.h"
-#include "vtpu-impl.h"
+#include "vtpu/vtpu-impl.h"
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -80,7 +80,7 @@ int tpu_num_workers(void) {
     return nworkers;
 }
 
-void tpu_parallel_for(int64_t n, int64_t grain, void (*fn)(void *ctx, int64_t b, int64_t e), void *ctx) {
+static void pool_parallel_for(int64_t n, int64_t grain, void (*fn)(void *ctx, int64_t b, int64_t e), void *ctx) {
     if (n <= 0) return;
     int nw = tpu_num_workers();
     if (grain < 1) grain = 1;
@@ -104,4 +104,11 @@ void tpu_parallel_for(int64_t n, int64_t grain, void (*fn)(void *ctx, int64_t b,
     fn(ctx, b, n);
     while (atomic_load_explicit(&pending, memory_order_acquire) > 0) __builtin_ia32_pause();
     pthread_mutex_unlock(&region_mu);
+}
+
+static tpu_compute_iface pool_iface = { .parallel_for = pool_parallel_for, .num_workers = tpu_num_workers };
+
+void tpu_pool_register(bool mxu_portable) {
+    pool_iface.mxu_portable = mxu_portable;
+    tpu_kernels_set_compute(&pool_iface);
 }

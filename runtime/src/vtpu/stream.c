@@ -31,7 +31,7 @@
  * returned once by the next synchronizing call; later commands still run.
  */
 #define _GNU_SOURCE
-#include "vtpu-impl.h"
+#include "vtpu/vtpu-impl.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

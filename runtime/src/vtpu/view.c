@@ -13,7 +13,7 @@
  *     at least nbytes): a caller that passes a stale or inflated storage size
  *     cannot reach past the block either.
  * Empty views (a zero size) touch nothing and are always accepted. */
-#include "vtpu-impl.h"
+#include "vtpu/vtpu-impl.h"
 
 /* Element span of a view: *lo and *hi are the lowest and highest element
  * indices it touches; *empty if it touches none. */

@@ -4,8 +4,8 @@
 #define TPU_VTPU_IMPL_H
 
 #include "tpu/tpu.h"
-#include "../status-impl.h"
-#include "../kernels/kernels-impl.h"
+#include "base/base-impl.h"
+#include "kernels/kernels-impl.h"
 #include <pthread.h>
 #include <stdatomic.h>
 
@@ -13,6 +13,10 @@
 /* Device addresses of chip d start at (d + 1) << 44: never host-mapped, so a
  * host dereference of a device pointer faults instead of silently working. */
 #define TPU_DEVADDR_SHIFT 44
+/* The offset of a device address inside its chip's memory. */
+static inline uintptr_t tpu_devaddr_offset(const void *devptr) {
+    return (uintptr_t)devptr & (((uintptr_t)1 << TPU_DEVADDR_SHIFT) - 1);
+}
 
 typedef struct tpu_chip {
     int index;
@@ -46,6 +50,12 @@ tpu_status tpu_config_parse(const char *(*get)(const char *name), tpu_config *ou
 /* The process's configuration, parsed on first call (never NULL); *st (if
  * not NULL) receives the parse status. Entries needing a chip use tpu_init(). */
 const tpu_config *tpu_config_get(tpu_status *st);
+
+/* Compute pool (pool.c). Threads in the pool, the caller included (starts it). */
+int tpu_num_workers(void);
+/* Hand the pool to the kernels floor (tpu_kernels_set_compute); called once,
+ * when the configuration is first read. */
+void tpu_pool_register(bool mxu_portable);
 
 /* Allocator (alloc.c). */
 struct tpu_alloc *tpu_alloc_create(tpu_chip *chip);

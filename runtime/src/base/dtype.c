@@ -1,6 +1,6 @@
-/* dtype.c - op and dtype tables, element load/store, descriptor helpers. */
-#include "kernels/kernels-impl.h"
-#include "status-impl.h"
+/* dtype.c - op and dtype tables generated from ops.def, the dtype rule
+ * check, element load/store, descriptor helpers. */
+#include "base/base-impl.h"
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -169,38 +169,8 @@ int64_t tpu_tensor_numel(const tpu_tensor *t) {
     return n;
 }
 
-tpu_status tpu_ref_run(tpu_kargs *a) {
-    switch (tpu_op_family_of(a->op)) {
-    case TPU_FAM_EW: return tpu_ref_ew(a);
-    case TPU_FAM_RED: return tpu_ref_red(a);
-    case TPU_FAM_SCAN: return tpu_ref_scan(a);
-    case TPU_FAM_GEMM: return tpu_ref_gemm(a);
-    case TPU_FAM_SOFTMAX: return tpu_ref_softmax(a);
-    case TPU_FAM_LOSS: return tpu_ref_loss(a);
-    case TPU_FAM_NORM: return tpu_ref_norm(a);
-    case TPU_FAM_INDEX: return tpu_ref_index(a);
-    case TPU_FAM_RANDOM: return tpu_ref_random(a);
-    case TPU_FAM_OPTIM: return tpu_ref_optim(a);
-    case TPU_FAM_SHAPE: return tpu_ref_shape(a);
-    case TPU_FAM_RNN: return tpu_ref_rnn(a);
-    default: return tpu_kernel_fail(a, "%s: unknown op family", tpu_op_name(a->op));
-    }
-}
-
-tpu_status tpu_kernel_run(tpu_kargs *a) {
-    switch (tpu_op_family_of(a->op)) {
-    case TPU_FAM_EW: return tpu_k_elementwise(a);
-    case TPU_FAM_RED: return tpu_k_reduce(a);
-    case TPU_FAM_SCAN: return tpu_k_scan(a);
-    case TPU_FAM_GEMM: return tpu_k_gemm(a);
-    case TPU_FAM_SOFTMAX: return tpu_k_softmax(a);
-    case TPU_FAM_LOSS: return tpu_k_loss(a);
-    case TPU_FAM_NORM: return tpu_k_norm(a);
-    case TPU_FAM_INDEX: return tpu_k_index(a);
-    case TPU_FAM_RANDOM: return tpu_k_random(a);
-    case TPU_FAM_OPTIM: return tpu_k_optim(a);
-    case TPU_FAM_SHAPE: return tpu_k_shape(a);
-    case TPU_FAM_RNN: return tpu_k_rnn(a);
-    default: return tpu_kernel_fail(a, "%s: unknown op family", tpu_op_name(a->op));
-    }
+tpu_status tpu_run_by_family(const tpu_kernel_fn *by_family, tpu_kargs *a) {
+    tpu_op_family f = tpu_op_family_of(a->op);
+    if ((unsigned)f >= TPU_FAM_COUNT) return tpu_kernel_fail(a, "%s: unknown op family", tpu_op_name(a->op));
+    return by_family[f](a);
 }

@@ -1,5 +1,5 @@
 /* status.c - status names and the thread-local last-error string (stb style). */
-#include "status-impl.h"
+#include "base/base-impl.h"
 #include <stdarg.h>
 #include <stdio.h>
 

@@ -1,0 +1,814 @@
+// ops_nn.cpp - tpu ATen kernels for the nn ops: the matrix unit (mm, addmm,
+// bmm, baddbmm, addmv, dot), softmax, losses, layer norm, indexing,
+// masked_select, random fills and dropout, convolution and pooling, rnn cells.
+//
+// Each kernel only checks arguments, computes the output's shape and dtype,
+// allocates, describes tensors to the runtime and hands the op to submit().
+// No math. Batch norm and mse_loss are PyTorch's own decompositions,
+// registered from Python (torch_tpu/_decomp.py).
+#include "tpu_glue.h"
+
+#include <ATen/Context.h>
+#include <ATen/ExpandUtils.h>
+#include <ATen/WrapDimUtils.h>
+#include <ATen/native/Resize.h>
+#include <ATen/ops/convolution.h>
+#include <ATen/ops/convolution_backward.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
+#include <c10/util/irange.h>
+#include <torch/library.h>
+
+#include <limits>
+
+namespace at::tpu {
+
+// ---------------------------------------------------------------- matrix unit
+static int matmul_precision() {
+  switch (at::globalContext().float32MatmulPrecision()) {
+    case at::Float32MatmulPrecision::HIGHEST: return 0;
+    case at::Float32MatmulPrecision::HIGH: return 1;
+    default: return 2;
+  }
+}
+
+// View a tensor as (batch, rows, cols) with given sizes and strides.
+static tpu_tensor as3(const at::Tensor& t, int64_t b, int64_t r, int64_t c, int64_t sb, int64_t sr, int64_t sc) {
+  tpu_tensor d = desc(t);
+  d.ndim = 3;
+  d.sizes[0] = b; d.sizes[1] = r; d.sizes[2] = c;
+  d.strides[0] = sb; d.strides[1] = sr; d.strides[2] = sc;
+  return d;
+}
+static tpu_tensor mat3(const at::Tensor& m) { return as3(m, 1, m.size(0), m.size(1), 0, m.stride(0), m.stride(1)); }
+
+static void check_mm(const at::Tensor& a, const at::Tensor& b, const char* name) {
+  TORCH_CHECK(a.dim() == 2, name, ": self must be a matrix");
+  TORCH_CHECK(b.dim() == 2, name, ": mat2 must be a matrix");
+  TORCH_CHECK(a.size(1) == b.size(0), "mat1 and mat2 shapes cannot be multiplied (", a.size(0), "x", a.size(1), " and ",
+              b.size(0), "x", b.size(1), ")");
+  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "expected m1 and m2 to have the same dtype, but got: ", a.scalar_type(),
+              " != ", b.scalar_type());
+}
+
+static void gemm(const at::Tensor& out, tpu_tensor o, tpu_tensor a, tpu_tensor b, const at::Tensor* c, tpu_tensor cd,
+                 double alpha, double beta) {
+  if (out.numel() == 0) return;
+  tpu_params p{};
+  p.f[0] = alpha;
+  p.f[1] = beta;
+  p.i[0] = matmul_precision();
+  tpu_tensor ts[4] = {o, a, b, cd};
+  submit(TPU_OP_MATMUL, ts, (c && beta != 0.0) ? 4 : 3, p);
+}
+
+static at::Tensor& mm_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
+  check_mm(a, b, "mm");
+  at::native::resize_output(out, {a.size(0), b.size(1)});
+  gemm(out, mat3(out), mat3(a), mat3(b), nullptr, {}, 1.0, 0.0);
+  return out;
+}
+static at::Tensor& addmm_out(const at::Tensor& self, const at::Tensor& a, const at::Tensor& b, const c10::Scalar& beta,
+                             const c10::Scalar& alpha, at::Tensor& out) {
+  check_mm(a, b, "addmm");
+  at::native::resize_output(out, {a.size(0), b.size(1)});
+  at::Tensor c = self.expand({a.size(0), b.size(1)});
+  gemm(out, mat3(out), mat3(a), mat3(b), &c, mat3(c), alpha.toDouble(), beta.toDouble());
+  return out;
+}
+static tpu_tensor bat3(const at::Tensor& t) { return as3(t, t.size(0), t.size(1), t.size(2), t.stride(0), t.stride(1), t.stride(2)); }
+static void check_bmm(const at::Tensor& a, const at::Tensor& b) {
+  TORCH_CHECK(a.dim() == 3, "batch1 must be a 3D tensor");
+  TORCH_CHECK(b.dim() == 3, "batch2 must be a 3D tensor");
+  TORCH_CHECK(a.size(0) == b.size(0), "batch1 and batch2 must have same number of batches, got ", a.size(0), " and ", b.size(0));
+  TORCH_CHECK(a.size(2) == b.size(1), "Expected size for first two dimensions of batch2 tensor to be: [", a.size(0), ", ",
+              a.size(2), "] but got: [", b.size(0), ", ", b.size(1), "].");
+  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "expected scalar type ", a.scalar_type(), " but found ", b.scalar_type());
+}
+static at::Tensor& bmm_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
+  check_bmm(a, b);
+  at::native::resize_output(out, {a.size(0), a.size(1), b.size(2)});
+  gemm(out, bat3(out), bat3(a), bat3(b), nullptr, {}, 1.0, 0.0);
+  return out;
+}
+static at::Tensor& baddbmm_out(const at::Tensor& self, const at::Tensor& a, const at::Tensor& b, const c10::Scalar& beta,
+                               const c10::Scalar& alpha, at::Tensor& out) {
+  check_bmm(a, b);
+  at::native::resize_output(out, {a.size(0), a.size(1), b.size(2)});
+  at::Tensor c = self.expand({a.size(0), a.size(1), b.size(2)});
+  gemm(out, bat3(out), bat3(a), bat3(b), &c, bat3(c), alpha.toDouble(), beta.toDouble());
+  return out;
+}
+static at::Tensor& addmv_out(const at::Tensor& self, const at::Tensor& m, const at::Tensor& v, const c10::Scalar& beta,
+                             const c10::Scalar& alpha, at::Tensor& out) {
+  TORCH_CHECK(m.dim() == 2 && v.dim() == 1, "vector + matrix @ vector expected, got ", self.dim(), ", ", m.dim(), ", ", v.dim());
+  TORCH_CHECK(m.size(1) == v.size(0), "size mismatch, got input (", self.size(0), "), mat (", m.size(0), "x", m.size(1), "), vec (", v.size(0), ")");
+  at::native::resize_output(out, {m.size(0)});
+  at::Tensor c = self.expand({m.size(0)});
+  gemm(out, as3(out, 1, m.size(0), 1, 0, out.stride(0), 0), mat3(m), as3(v, 1, v.size(0), 1, 0, v.stride(0), 0), &c,
+       as3(c, 1, m.size(0), 1, 0, c.stride(0), 0), alpha.toDouble(), beta.toDouble());
+  return out;
+}
+static at::Tensor dot(const at::Tensor& a, const at::Tensor& b) {
+  TORCH_CHECK(a.dim() == 1 && b.dim() == 1, "1D tensors expected, but got ", a.dim(), "D and ", b.dim(), "D tensors");
+  TORCH_CHECK(a.numel() == b.numel(), "inconsistent tensor size, expected tensor [", a.numel(), "] and src [", b.numel(),
+              "] to have the same number of elements, but got ", a.numel(), " and ", b.numel(), " elements respectively");
+  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "dot : expected both vectors to have same dtype, but found ", a.scalar_type(), " and ", b.scalar_type());
+  auto out = at::empty({}, a.options());
+  gemm(out, as3(out, 1, 1, 1, 0, 0, 0), as3(a, 1, 1, a.size(0), 0, 0, a.stride(0)), as3(b, 1, b.size(0), 1, 0, b.stride(0), 0),
+       nullptr, {}, 1.0, 0.0);
+  return out;
+}
+
+// ---------------------------------------------------------------- softmax / losses / norms
+static at::Tensor& softmax_like(tpu_op op, const at::Tensor& x, int64_t dim, at::Tensor& out) {
+  at::native::resize_output(out, x.sizes());
+  if (out.numel() == 0) return out;
+  tpu_params p{};
+  p.i[0] = at::maybe_wrap_dim(dim, std::max<int64_t>(x.dim(), 1));
+  tpu_tensor ts[2] = {desc1d(out), desc1d(x)};
+  submit(op, ts, 2, p);
+  return out;
+}
+static at::Tensor& softmax_out(const at::Tensor& x, int64_t dim, bool half_to_float, at::Tensor& out) {
+  TORCH_CHECK(!half_to_float, "softmax with half to float conversion is not supported on tpu");
+  return softmax_like(TPU_OP_SOFTMAX, x, dim, out);
+}
+static at::Tensor& log_softmax_out(const at::Tensor& x, int64_t dim, bool half_to_float, at::Tensor& out) {
+  TORCH_CHECK(!half_to_float, "log_softmax with half to float conversion is not supported on tpu");
+  return softmax_like(TPU_OP_LOG_SOFTMAX, x, dim, out);
+}
+static at::Tensor& softmax_bwd(tpu_op op, const at::Tensor& g, const at::Tensor& y, int64_t dim, at::Tensor& out) {
+  at::native::resize_output(out, g.sizes());
+  if (out.numel() == 0) return out;
+  tpu_params p{};
+  p.i[0] = at::maybe_wrap_dim(dim, std::max<int64_t>(g.dim(), 1));
+  tpu_tensor ts[3] = {desc1d(out), desc1d(g), desc1d(y)};
+  submit(op, ts, 3, p);
+  return out;
+}
+static at::Tensor& softmax_backward_out(const at::Tensor& g, const at::Tensor& y, int64_t dim, c10::ScalarType,
+                                        at::Tensor& out) {
+  return softmax_bwd(TPU_OP_SOFTMAX_BWD, g, y, dim, out);
+}
+static at::Tensor& log_softmax_backward_out(const at::Tensor& g, const at::Tensor& y, int64_t dim, c10::ScalarType,
+                                            at::Tensor& out) {
+  return softmax_bwd(TPU_OP_LOG_SOFTMAX_BWD, g, y, dim, out);
+}
+
+static std::tuple<at::Tensor&, at::Tensor&> nll_loss_forward_out(const at::Tensor& self, const at::Tensor& target,
+    const std::optional<at::Tensor>& weight, int64_t reduction, int64_t ignore_index, at::Tensor& output,
+    at::Tensor& total_weight) {
+  TORCH_CHECK(self.dim() > 0 && self.dim() <= 2, "input tensor should be 1D or 2D");
+  TORCH_CHECK(target.dim() <= 1, "0D or 1D target tensor expected, multi-target not supported");
+  const bool no_batch = self.dim() == 1 && target.dim() == 0;
+  TORCH_CHECK(no_batch || self.size(0) == target.size(0), "size mismatch (got input: ", self.sizes(), ", target: ",
+              target.sizes(), ")");
+  if (reduction == 0 && self.dim() == 2) at::native::resize_output(output, {self.size(0)});
+  else at::native::resize_output(output, {});
+  at::native::resize_output(total_weight, {});
+  tpu_params p{};
+  p.i[0] = reduction;
+  p.i[1] = ignore_index;
+  bool hw = weight.has_value() && weight->defined();
+  tpu_tensor ts[5] = {desc(output), desc(total_weight), desc(self), desc(target), hw ? desc(*weight) : tpu_tensor{}};
+  submit(TPU_OP_NLL_LOSS, ts, hw ? 5 : 4, p);
+  return {output, total_weight};
+}
+static at::Tensor& nll_loss_backward_out(const at::Tensor& grad_output, const at::Tensor& self, const at::Tensor& target,
+    const std::optional<at::Tensor>& weight, int64_t reduction, int64_t ignore_index, const at::Tensor& total_weight,
+    at::Tensor& grad_input) {
+  at::native::resize_output(grad_input, self.sizes());
+  if (grad_input.numel() == 0) return grad_input;
+  tpu_params p{};
+  p.i[0] = reduction;
+  p.i[1] = ignore_index;
+  bool hw = weight.has_value() && weight->defined();
+  tpu_tensor ts[5] = {desc(grad_input), desc(grad_output), desc(target), desc(total_weight), hw ? desc(*weight) : tpu_tensor{}};
+  submit(TPU_OP_NLL_LOSS_BWD, ts, hw ? 5 : 4, p);
+  return grad_input;
+}
+
+static std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm(const at::Tensor& x, c10::IntArrayRef nshape,
+    const std::optional<at::Tensor>& w, const std::optional<at::Tensor>& b, double eps) {
+  const int64_t nd = static_cast<int64_t>(nshape.size());
+  TORCH_CHECK(nd >= 1 && x.dim() >= nd && x.sizes().slice(x.dim() - nd).equals(nshape),
+              "Given normalized_shape=", nshape, ", expected input with shape [*, ", c10::Join(", ", nshape),
+              "], but got input of size", x.sizes());
+  bool hw = w.has_value() && w->defined(), hb = b.has_value() && b->defined();
+  if (hw) TORCH_CHECK(w->sizes().equals(nshape), "Expected weight to be of same shape as normalized_shape, but got weight of shape ", w->sizes(), " and normalized_shape = ", nshape);
+  if (hb) TORCH_CHECK(b->sizes().equals(nshape), "Expected bias to be of same shape as normalized_shape, but got bias of shape ", b->sizes(), " and normalized_shape = ", nshape);
+  int64_t M = c10::multiply_integers(nshape);
+  std::vector<int64_t> sshape(x.sizes().begin(), x.sizes().end() - nd);
+  for (int64_t i = 0; i < nd; i++) sshape.push_back(1);
+  auto y = at::empty(x.sizes(), x.options());
+  auto mean = at::empty(sshape, x.options());
+  auto rstd = at::empty(sshape, x.options());
+  if (x.numel() == 0) return {y, mean, rstd};
+  tpu_params p{};
+  p.i[0] = M;
+  p.i[1] = hw;
+  p.i[2] = hb;
+  p.f[0] = eps;
+  tpu_tensor ts[6];
+  int n = 0;
+  ts[n++] = desc(y); ts[n++] = desc(mean); ts[n++] = desc(rstd); ts[n++] = desc(x);
+  at::Tensor wc, bc;
+  if (hw) { wc = w->contiguous(); ts[n++] = desc(wc); }
+  if (hb) { bc = b->contiguous(); ts[n++] = desc(bc); }
+  submit(TPU_OP_LAYER_NORM, ts, n, p);
+  return {y, mean, rstd};
+}
+
+static std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm_backward(const at::Tensor& g, const at::Tensor& x,
+    c10::IntArrayRef nshape, const at::Tensor& mean, const at::Tensor& rstd, const std::optional<at::Tensor>& w,
+    const std::optional<at::Tensor>& b, std::array<bool, 3> mask) {
+  bool hw = w.has_value() && w->defined();
+  int64_t M = c10::multiply_integers(nshape);
+  at::Tensor dx, dw, db;
+  if (mask[0]) dx = at::empty(x.sizes(), x.options());
+  if (mask[1] && hw) dw = at::empty(nshape, x.options());
+  if (mask[2] && b.has_value() && b->defined()) db = at::empty(nshape, x.options());
+  if (x.numel() == 0) {
+    if (dw.defined()) dw.zero_();
+    if (db.defined()) db.zero_();
+    return {dx, dw, db};
+  }
+  tpu_params p{};
+  p.i[0] = M;
+  tpu_tensor none = tpu_tensor_scalar_f(0, TPU_F32);
+  at::Tensor gc = g.contiguous(), xc = x.contiguous(), wc;
+  tpu_tensor ts[8] = {dx.defined() ? desc(dx) : none, dw.defined() ? desc(dw) : none, db.defined() ? desc(db) : none,
+                      desc(gc), desc(xc), desc(mean.contiguous()), desc(rstd.contiguous()), {}};
+  int n = 7;
+  if (hw) { wc = w->contiguous(); ts[n++] = desc(wc); }
+  submit(TPU_OP_LAYER_NORM_BWD, ts, n, p);
+  return {dx, dw, db};
+}
+
+// ---------------------------------------------------------------- indexing
+// Index dtype rules as CPU applies them: gather and scatter_add accept an
+// empty index of any dtype; index_select and index_add check always.
+static void check_index(const at::Tensor& index, const char* name, bool empty_any = false) {
+  if (empty_any && index.numel() == 0) return;
+  bool ok = index.scalar_type() == kLong || index.scalar_type() == kInt;
+  if (ok) return;
+  std::string_view n(name);
+  TORCH_CHECK(n != "index_select", "index_select(): Expected dtype int32 or int64 for index");
+  TORCH_CHECK(n != "index_add", "index_add_(): Expected dtype int32/int64 for index but got: ", index.scalar_type());
+  TORCH_CHECK(false, name, "(): Expected dtype int32/int64 for index");
+}
+static at::Tensor& index_select_out(const at::Tensor& self, int64_t dim, const at::Tensor& index, at::Tensor& out) {
+  check_index(index, "index_select");
+  TORCH_CHECK(index.dim() <= 1, "index_select(): Index is supposed to be a vector");
+  int64_t d = at::maybe_wrap_dim(dim, std::max<int64_t>(self.dim(), 1));
+  std::vector<int64_t> shape(self.sizes().begin(), self.sizes().end());
+  if (self.dim() > 0) shape[d] = index.numel();
+  else TORCH_CHECK(index.numel() == 1, "index_select(): Index to scalar can have only 1 value, got ", index.numel(), " value(s)");
+  at::native::resize_output(out, shape);
+  if (out.numel() == 0) return out;
+  tpu_params p{};
+  p.i[0] = d;
+  tpu_tensor ts[3] = {desc1d(out), desc1d(self), desc1d(index)};
+  submit(TPU_OP_INDEX_SELECT, ts, 3, p);
+  return out;
+}
+static at::Tensor index_select(const at::Tensor& self, int64_t dim, const at::Tensor& index) {
+  auto out = at::empty({0}, self.options());
+  return index_select_out(self, dim, index, out);
+}
+static at::Tensor& gather_out(const at::Tensor& self, int64_t dim, const at::Tensor& index, bool, at::Tensor& out) {
+  check_index(index, "gather", true);
+  at::native::resize_output(out, index.sizes());
+  if (out.numel() == 0) return out;
+  tpu_params p{};
+  p.i[0] = at::maybe_wrap_dim(dim, std::max<int64_t>(self.dim(), 1));
+  tpu_tensor ts[3] = {desc1d(out), desc1d(self), desc1d(index)};
+  submit(TPU_OP_GATHER, ts, 3, p);
+  return out;
+}
+static at::Tensor& scatter_add_out(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src,
+                                   at::Tensor& out) {
+  check_index(index, "scatter_add", true);
+  if (!out.is_same(self)) {
+    at::native::resize_output(out, self.sizes());
+    device_copy(out, self);
+  }
+  if (index.numel() == 0) return out;
+  tpu_params p{};
+  p.i[0] = at::maybe_wrap_dim(dim, std::max<int64_t>(self.dim(), 1));
+  tpu_tensor ts[3] = {desc1d(out), desc1d(index), desc1d(src)};
+  submit(TPU_OP_SCATTER_ADD, ts, 3, p);
+  return out;
+}
+static at::Tensor& index_add_out(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src,
+                                 const c10::Scalar& alpha, at::Tensor& out) {
+  check_index(index, "index_add");
+  if (!out.is_same(self)) {
+    at::native::resize_output(out, self.sizes());
+    device_copy(out, self);
+  }
+  if (index.numel() == 0) return out;
+  tpu_params p{};
+  p.i[0] = at::maybe_wrap_dim(dim, std::max<int64_t>(self.dim(), 1));
+  p.f[0] = alpha.toDouble();
+  tpu_tensor ts[3] = {desc1d(out), desc1d(index), desc1d(src)};
+  submit(TPU_OP_INDEX_ADD, ts, 3, p);
+  return out;
+}
+static at::Tensor embedding_dense_backward(const at::Tensor& grad, const at::Tensor& indices, int64_t num_weights,
+                                           int64_t padding_idx, bool scale_grad_by_freq) {
+  TORCH_CHECK_NOT_IMPLEMENTED(!scale_grad_by_freq, "embedding backward with scale_grad_by_freq=True is not implemented on tpu yet");
+  int64_t D = grad.size(-1);
+  auto out = at::zeros({num_weights, D}, grad.options());
+  auto idx = indices.reshape({-1});
+  auto g = grad.reshape({-1, D});
+  index_add_out(out, 0, idx, g, 1, out);
+  if (padding_idx >= 0 && padding_idx < num_weights) out.select(0, padding_idx).zero_();
+  return out;
+}
+
+// ---------------------------------------------------------------- random
+// Argument checks in PyTorch's words (ATen/native/DistributionTemplates.h).
+// The dtype rules (uniform_ and normal_ fill floating tensors only, bernoulli
+// takes floating probabilities) are the ops' rules in the runtime's ops.def.
+static double float_max(c10::ScalarType st) {
+  switch (st) {
+    case kDouble: return std::numeric_limits<double>::max();
+    case kHalf: return 65504.0;
+    case kBFloat16: return 3.3895313892515355e38;
+    default: return std::numeric_limits<float>::max();
+  }
+}
+static int float_digits(c10::ScalarType st) {
+  switch (st) {
+    case kDouble: return 53;
+    case kHalf: return 11;
+    case kBFloat16: return 8;
+    default: return 24;
+  }
+}
+
+// Empty tensors are launched too: the runtime's dtype check raises for any size, as PyTorch does.
+static void rand_fill(tpu_op op, const at::Tensor& self, std::optional<at::Generator> gen, tpu_params p,
+                      const at::Tensor* prob = nullptr) {
+  if (self.numel() > 0) {
+    auto [seed, off] = philox_next(gen, self.device().index());
+    p.i[0] = static_cast<int64_t>(seed);
+    p.i[1] = static_cast<int64_t>(off);
+  }
+  tpu_tensor ts[2] = {desc(self), prob ? operand(*prob, self, kFloat) : tpu_tensor{}};
+  submit(op, ts, prob ? 2 : 1, p);
+}
+static at::Tensor& uniform_(at::Tensor& self, double from, double to, std::optional<at::Generator> gen) {
+  if (isFloatingType(self.scalar_type())) {
+    double mx = float_max(self.scalar_type());
+    TORCH_CHECK(from >= -mx && from <= mx, "from is out of bounds for ", self.dtype());
+    TORCH_CHECK(to >= -mx && to <= mx, "to is out of bounds for ", self.dtype());
+    TORCH_CHECK(from <= to, "uniform_ expects to return a [from, to) range, but found from=", from, " > to=", to);
+    TORCH_CHECK(to - from <= mx, "uniform_ expects to-from <= std::numeric_limits<", self.scalar_type(),
+                ">::max(), but found to=", to, " and from=", from, " which result in to-from to exceed the limit");
+  }
+  tpu_params p{};
+  p.f[0] = from;
+  p.f[1] = to;
+  rand_fill(TPU_OP_RAND_UNIFORM, self, gen, p);
+  return self;
+}
+static at::Tensor& normal_(at::Tensor& self, double mean, double std, std::optional<at::Generator> gen) {
+  TORCH_CHECK(std >= 0.0, "normal expects std >= 0.0, but found std ", std);
+  tpu_params p{};
+  p.f[0] = mean;
+  p.f[1] = std;
+  rand_fill(TPU_OP_RAND_NORMAL, self, gen, p);
+  return self;
+}
+static at::Tensor& bernoulli_f(at::Tensor& self, double prob, std::optional<at::Generator> gen) {
+  TORCH_CHECK(0 <= prob && prob <= 1, "bernoulli_ expects p to be in [0, 1], but got p=", prob);
+  tpu_params p{};
+  p.f[0] = prob;
+  rand_fill(TPU_OP_RAND_BERNOULLI, self, gen, p);
+  return self;
+}
+static at::Tensor& bernoulli_t(at::Tensor& self, const at::Tensor& prob, std::optional<at::Generator> gen) {
+  rand_fill(TPU_OP_RAND_BERNOULLI, self, gen, {}, &prob);
+  return self;
+}
+// The largest value random_ draws without `to`: 2^digits for floating dtypes, the dtype's max otherwise.
+static int64_t random_max(c10::ScalarType st) {
+  switch (st) {
+    case kFloat: case kDouble: case kHalf: case kBFloat16: return int64_t{1} << float_digits(st);
+    case kBool: return 1;
+    case kByte: return 255;
+    case kChar: return 127;
+    case kShort: return 32767;
+    case kInt: return 2147483647;
+    default: return std::numeric_limits<int64_t>::max();
+  }
+}
+// [from, to_inc] must fit the dtype (PyTorch's check_from_to_in_range, warnings included).
+static void check_random_range(const at::Tensor& self, int64_t from, int64_t to_inc) {
+  auto st = self.scalar_type();
+  if (isFloatingType(st)) {
+    double mx = float_max(st);
+    TORCH_CHECK(from >= -mx && from <= mx, "from is out of bounds for ", self.dtype());
+    TORCH_CHECK(to_inc >= -mx && to_inc <= mx, "to - 1 is out of bounds for ", self.dtype());
+    int d = float_digits(st);
+    int64_t lim = int64_t{1} << d;
+    for (auto [v, name] : {std::pair{from, "from"}, std::pair{to_inc, "to - 1"}})
+      if (v < -lim || v > lim)
+        TORCH_WARN(name, " is out of bounds [-(2^", d, "), 2^", d, "]. Due to precision limitations ", self.dtype(),
+                   " can support discrete uniform distribution only within this range. This warning will become an "
+                   "error in version 1.7 release, please fix the code in advance");
+    return;
+  }
+  int64_t mx = random_max(st), mn = st == kByte || st == kBool ? 0 : -mx - 1;
+  TORCH_CHECK(from >= mn && from <= mx, "from is out of bounds for ", self.dtype());
+  TORCH_CHECK(to_inc >= mn && to_inc <= mx, "to - 1 is out of bounds for ", self.dtype());
+}
+static at::Tensor& random_from(at::Tensor& self, int64_t from, std::optional<int64_t> to, std::optional<at::Generator> gen) {
+  auto st = self.scalar_type();
+  tpu_params p{};
+  p.i[2] = from;
+  if (to) {                                          // [from, to)
+    TORCH_CHECK(from < *to, "random_ expects 'from' to be less than 'to', but got from=", from, " >= to=", *to);
+    check_random_range(self, from, *to - 1);
+    p.i[3] = *to;
+  } else if (from != std::numeric_limits<int64_t>::lowest()) {   // [from, random_max]
+    int64_t to_inc = random_max(st);
+    if (isFloatingType(st))
+      TORCH_CHECK(from < to_inc, "random_ expects 'from' casted to dtype to be less than or equal to 'to_inc' casted "
+                  "to dtype, but got from=", from, " > to_inc=", to_inc);
+    check_random_range(self, from, to_inc);
+    p.i[3] = to_inc;
+    p.i[4] = 1;
+  } else {                                           // all 2^64 values
+    TORCH_CHECK(st == kLong || st == kDouble || st == kFloat || st == kBFloat16,
+                "random_full_64_bits_range_kernel handles only int64, double, float and bfloat16");
+    p.i[3] = std::numeric_limits<int64_t>::max();
+    p.i[4] = 1;
+  }
+  rand_fill(TPU_OP_RAND_INT, self, gen, p);
+  return self;
+}
+static at::Tensor& random_to(at::Tensor& self, int64_t to, std::optional<at::Generator> gen) { return random_from(self, 0, to, gen); }
+static at::Tensor& random_all(at::Tensor& self, std::optional<at::Generator> gen) { return random_from(self, 0, std::nullopt, gen); }
+
+static std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, double p, std::optional<bool> train) {
+  auto mask = at::empty(input.sizes(), input.options().dtype(kBool));
+  if (!train.has_value() || *train) {
+    // PyTorch scales by a float (input * mask * (1 / (1 - p))), which an integer tensor cannot hold.
+    TORCH_CHECK(isFloatingType(input.scalar_type()), "result type Float can't be cast to the desired output type ",
+                input.scalar_type());
+    if (p >= 1.0) { mask.zero_(); auto z = at::empty(input.sizes(), input.options()); z.zero_(); return {z, mask}; }
+    bernoulli_f(mask, 1.0 - p, std::nullopt);
+    auto out = at::empty(input.sizes(), input.options());
+    ew(TPU_OP_MUL, out, {input, mask}, input.scalar_type());
+    ew(TPU_OP_MUL, out, {out, wrap(1.0 / (1.0 - p))}, input.scalar_type());
+    return {out, mask};
+  }
+  mask.fill_(true);
+  auto out = at::empty(input.sizes(), input.options());
+  device_copy(out, input);
+  return {out, mask};
+}
+
+static at::Tensor native_dropout_backward(const at::Tensor& grad, const at::Tensor& mask, double scale) {
+  auto out = at::empty(grad.sizes(), grad.options());
+  ew(TPU_OP_MUL, out, {grad, mask}, grad.scalar_type());
+  ew(TPU_OP_MUL, out, {out, wrap(scale)}, grad.scalar_type());
+  return out;
+}
+
+// ---------------------------------------------------------------- convolution, pooling
+static int64_t pack2(int64_t h, int64_t w) {
+  TORCH_CHECK(h >= 0 && w >= 0 && h < 65536 && w < 65536, "tpu convolution/pooling parameters must be in [0, 65535]");
+  return h | (w << 16);
+}
+static int64_t at2(c10::IntArrayRef v, size_t i, int64_t dflt) { return v.empty() ? dflt : v[v.size() == 1 ? 0 : i]; }
+
+// Window parameters (kh, kw, stride, padding, dilation) in the runtime's packed form.
+static tpu_params win_params(int64_t kh, int64_t kw, c10::IntArrayRef st, c10::IntArrayRef pad, c10::IntArrayRef dil,
+                             bool one_d) {
+  tpu_params p{};
+  p.i[0] = pack2(kh, kw);
+  p.i[1] = one_d ? pack2(1, at2(st, 0, 1)) : pack2(at2(st, 0, 1), at2(st, 1, 1));
+  p.i[2] = one_d ? pack2(0, at2(pad, 0, 0)) : pack2(at2(pad, 0, 0), at2(pad, 1, 0));
+  p.i[3] = one_d ? pack2(1, at2(dil, 0, 1)) : pack2(at2(dil, 0, 1), at2(dil, 1, 1));
+  return p;
+}
+static int64_t conv_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) { return (in + 2 * p - d * (k - 1) - 1) / s + 1; }
+
+// Transposed and 3-d convolutions are not native yet: they run through the
+// counted CPU fallback (warned once, off with TORCH_TPU_CPU_FALLBACK=0).
+// convolution_overrideable has no CPU kernel for the boxed fallback to call,
+// so the fallback calls CPU's convolution here.
+static bool conv_native(const at::Tensor& input, bool transposed) {
+  return !transposed && (input.dim() == 3 || input.dim() == 4);
+}
+static at::Tensor convolution_fallback(const at::Tensor& input, const at::Tensor& weight,
+                                       const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
+                                       c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
+                                       c10::IntArrayRef output_padding, int64_t groups) {
+  note_cpu_fallback("aten::convolution_overrideable");
+  std::optional<at::Tensor> b;
+  if (bias && bias->defined()) b = bias->cpu();
+  return at::convolution(input.cpu(), weight.cpu(), b, stride, padding, dilation, transposed, output_padding, groups)
+      .to(input.device());
+}
+
+static at::Tensor convolution(const at::Tensor& input_, const at::Tensor& weight_, const std::optional<at::Tensor>& bias,
+                              c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
+                              c10::IntArrayRef output_padding, int64_t groups) {
+  if (!conv_native(input_, transposed))
+    return convolution_fallback(input_, weight_, bias, stride, padding, dilation, transposed, output_padding, groups);
+  const bool one_d = input_.dim() == 3;
+  at::Tensor x = one_d ? input_.unsqueeze(2) : input_, w = one_d ? weight_.unsqueeze(2) : weight_;
+  const int64_t N = x.size(0), C = x.size(1), O = w.size(0), kh = w.size(2), kw = w.size(3);
+  TORCH_CHECK(groups > 0 && C % groups == 0 && O % groups == 0 && w.size(1) * groups == C,
+              "Given groups=", groups, ", weight of size ", weight_.sizes(), ", expected input", input_.sizes(),
+              " to have ", w.size(1) * groups, " channels, but got ", C, " channels instead");
+  tpu_params p = win_params(kh, kw, stride, padding, dilation, one_d);
+  const int64_t sh = p.i[1] & 0xffff, sw = p.i[1] >> 16, ph = p.i[2] & 0xffff, pw = p.i[2] >> 16;
+  const int64_t dh = p.i[3] & 0xffff, dw = p.i[3] >> 16;
+  const int64_t OH = conv_out(x.size(2), kh, sh, ph, dh), OW = conv_out(x.size(3), kw, sw, pw, dw);
+  TORCH_CHECK(OH > 0 && OW > 0, "Calculated output size is too small for the input size ", input_.sizes());
+  const int64_t G = groups, Cg = C / G, Og = O / G, K = Cg * kh * kw, L = OH * OW;
+  at::Tensor out = at::empty({N, O, OH, OW}, x.options());
+  at::Tensor cols = at::empty({N, K, L}, x.options());
+  at::Tensor wm = w.reshape({O, K});
+  for (int64_t g = 0; g < G; g++) {
+    at::Tensor xg = x.narrow(1, g * Cg, Cg);
+    tpu_tensor ts[2] = {desc(cols), desc(xg)};
+    submit(TPU_OP_IM2COL, ts, 2, p);
+    at::Tensor og = out.narrow(1, g * Og, Og), wg = wm.narrow(0, g * Og, Og);
+    tpu_tensor o3 = as3(og, N, Og, L, og.stride(0), og.stride(1), 1);
+    tpu_tensor a3 = as3(wg, N, Og, K, 0, wg.stride(0), wg.stride(1));
+    if (bias.has_value() && bias->defined()) {
+      at::Tensor bg = bias->narrow(0, g * Og, Og);
+      gemm(out, o3, a3, bat3(cols), &bg, as3(bg, N, Og, L, 0, bg.stride(0), 0), 1.0, 1.0);
+    } else {
+      gemm(out, o3, a3, bat3(cols), nullptr, {}, 1.0, 0.0);
+    }
+  }
+  return one_d ? out.squeeze(2) : out;
+}
+
+static std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(const at::Tensor& grad_, const at::Tensor& input_,
+    const at::Tensor& weight_, c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
+    c10::IntArrayRef output_padding, int64_t groups, std::array<bool, 3> mask) {
+  if (!conv_native(input_, transposed)) {
+    note_cpu_fallback("aten::convolution_backward_overrideable");
+    std::vector<int64_t> bias_sizes{weight_.size(transposed ? 1 : 0) * (transposed ? groups : 1)};
+    auto [gi, gw, gb] = at::convolution_backward(grad_.cpu(), input_.cpu(), weight_.cpu(),
+        mask[2] ? std::optional<c10::IntArrayRef>(bias_sizes) : std::nullopt, stride, padding, dilation, transposed,
+        output_padding, groups, mask);
+    auto back = [&](const at::Tensor& t) { return t.defined() ? t.to(input_.device()) : t; };
+    return {back(gi), back(gw), back(gb)};
+  }
+  const bool one_d = input_.dim() == 3;
+  at::Tensor x = one_d ? input_.unsqueeze(2) : input_, w = one_d ? weight_.unsqueeze(2) : weight_;
+  at::Tensor gy = (one_d ? grad_.unsqueeze(2) : grad_).contiguous();
+  const int64_t N = x.size(0), C = x.size(1), O = w.size(0), kh = w.size(2), kw = w.size(3);
+  const int64_t OH = gy.size(2), OW = gy.size(3), G = groups, Cg = C / G, Og = O / G, K = Cg * kh * kw, L = OH * OW;
+  tpu_params p = win_params(kh, kw, stride, padding, dilation, one_d);
+  at::Tensor gx, gw, gb;
+  if (mask[0]) gx = at::empty(x.sizes(), x.options());
+  if (mask[1]) gw = at::empty({O, K}, w.options());
+  if (mask[2]) gb = gy.sum({0, 2, 3});
+  at::Tensor wm = w.reshape({O, K});
+  at::Tensor cols = at::empty({N, K, L}, x.options());
+  at::Tensor gy3 = gy.view({N, O, L});
+  for (int64_t g = 0; g < G; g++) {
+    at::Tensor gyg = gy3.narrow(1, g * Og, Og);
+    if (mask[1]) {      // dW_g = sum_n gy_g[n] @ cols_g[n]^T
+      at::Tensor xg = x.narrow(1, g * Cg, Cg);
+      tpu_tensor ts[2] = {desc(cols), desc(xg)};
+      submit(TPU_OP_IM2COL, ts, 2, p);
+      at::Tensor part = at::empty({N, Og, K}, x.options());
+      gemm(part, bat3(part), bat3(gyg), as3(cols, N, L, K, cols.stride(0), 1, cols.stride(1)), nullptr, {}, 1.0, 0.0);
+      gw.narrow(0, g * Og, Og).copy_(part.sum(0));
+    }
+    if (mask[0]) {      // dcols = W_g^T @ gy_g, then fold windows back
+      at::Tensor wg = wm.narrow(0, g * Og, Og);
+      gemm(cols, bat3(cols), as3(wg, N, K, Og, 0, wg.stride(1), wg.stride(0)), bat3(gyg), nullptr, {}, 1.0, 0.0);
+      at::Tensor gxg = gx.narrow(1, g * Cg, Cg);
+      tpu_tensor ts[2] = {desc(gxg), desc(cols)};
+      submit(TPU_OP_COL2IM, ts, 2, p);
+    }
+  }
+  if (gw.defined()) gw = gw.view(w.sizes());
+  if (one_d) {
+    if (gx.defined()) gx = gx.squeeze(2);
+    if (gw.defined()) gw = gw.squeeze(2);
+  }
+  return {gx, gw, gb};
+}
+
+static int64_t pool_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d, bool ceil_mode) {
+  int64_t o = (in + 2 * p - d * (k - 1) - 1 + (ceil_mode ? s - 1 : 0)) / s + 1;
+  if (ceil_mode && (o - 1) * s >= in + p) o--;
+  return o;
+}
+
+static std::tuple<at::Tensor, at::Tensor> max_pool2d_with_indices(const at::Tensor& input, c10::IntArrayRef ks,
+    c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation, bool ceil_mode) {
+  TORCH_CHECK(input.dim() == 3 || input.dim() == 4, "non-empty 3D or 4D (batch mode) tensor expected for input");
+  TORCH_CHECK(ks.size() == 1 || ks.size() == 2, "max_pool2d: kernel_size must either be a single int, or a tuple of two ints");
+  at::Tensor x = input.dim() == 3 ? input.unsqueeze(0) : input;
+  int64_t kh = ks[0], kw = ks.size() == 2 ? ks[1] : ks[0];
+  c10::IntArrayRef st = stride.empty() ? ks : stride;
+  tpu_params p = win_params(kh, kw, st, padding, dilation, false);
+  int64_t sh = p.i[1] & 0xffff, sw = p.i[1] >> 16, ph = p.i[2] & 0xffff, pw = p.i[2] >> 16, dh = p.i[3] & 0xffff, dw = p.i[3] >> 16;
+  TORCH_CHECK(ph <= kh / 2 && pw <= kw / 2, "pad should be at most half of effective kernel size, but got pad=", ph,
+              ", kernel_size=", kh, " and dilation=", dh);
+  int64_t OH = pool_out(x.size(2), kh, sh, ph, dh, ceil_mode), OW = pool_out(x.size(3), kw, sw, pw, dw, ceil_mode);
+  TORCH_CHECK(OH > 0 && OW > 0, "max_pool2d: output size is too small");
+  at::Tensor y = at::empty({x.size(0), x.size(1), OH, OW}, x.options());
+  at::Tensor ix = at::empty({x.size(0), x.size(1), OH, OW}, x.options().dtype(kLong));
+  if (y.numel() > 0) {
+    tpu_tensor ts[3] = {desc(y), desc(ix), desc(x)};
+    submit(TPU_OP_MAXPOOL2D, ts, 3, p);
+  }
+  if (input.dim() == 3) return {y.squeeze(0), ix.squeeze(0)};
+  return {y, ix};
+}
+
+static at::Tensor max_pool2d_with_indices_backward(const at::Tensor& grad, const at::Tensor& input, c10::IntArrayRef ks,
+    c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation, bool ceil_mode, const at::Tensor& indices) {
+  const bool three = input.dim() == 3;
+  at::Tensor x = three ? input.unsqueeze(0) : input;
+  at::Tensor g = three ? grad.unsqueeze(0) : grad, ix = three ? indices.unsqueeze(0) : indices;
+  int64_t kh = ks[0], kw = ks.size() == 2 ? ks[1] : ks[0];
+  tpu_params p = win_params(kh, kw, stride.empty() ? ks : stride, padding, dilation, false);
+  at::Tensor dx = at::empty(x.sizes(), x.options());
+  if (dx.numel() > 0) {
+    tpu_tensor ts[3] = {desc(dx), desc(g), desc(ix)};
+    submit(TPU_OP_MAXPOOL2D_BWD, ts, 3, p);
+  }
+  return three ? dx.squeeze(0) : dx;
+}
+
+
+// masked_select: count on the device, read the count (a sync, as on any
+// accelerator: the output size depends on the data), then compact.
+static at::Tensor masked_select(const at::Tensor& self, const at::Tensor& mask) {
+  TORCH_CHECK(mask.scalar_type() == kBool, "masked_select: expected BoolTensor for mask");
+  auto shape = at::infer_size(self.sizes(), mask.sizes());
+  at::Tensor x = self.expand(shape), m = mask.expand(shape);
+  std::vector<int64_t> all(shape.size());
+  for (size_t i = 0; i < all.size(); i++) all[i] = static_cast<int64_t>(i);
+  int64_t n = shape.empty() ? m.to(kLong).item<int64_t>() : m.sum(all, false, kLong).item<int64_t>();
+  at::Tensor out = at::empty({n}, self.options());
+  if (n == 0) return out;
+  tpu_tensor ts[3] = {desc(out), desc1d(x), desc1d(m)};
+  submit(TPU_OP_MASKED_SELECT, ts, 3, {});
+  return out;
+}
+
+
+// ---------------------------------------------------------------- rnn cells
+// On an accelerator PyTorch runs nn.LSTM / nn.GRU / nn.LSTMCell / nn.GRUCell
+// as two gate GEMMs per step plus one fused cell (_thnn_fused_*_cell), whose
+// backward autograd calls when it is not itself recording (create_graph runs
+// PyTorch's composite _thnn_differentiable_*_backward instead). Each cell is
+// one runtime op; inputs go with their own strides.
+static const char* const kCellArgs[] = {"input_gates", "hidden_gates", "prev_hidden", "input_bias", "hidden_bias"};
+
+// Shapes as PyTorch's fused cells check them; returns whether biases are given.
+static bool check_cell(const char* fn, const at::Tensor& ig, const at::Tensor& hg, const at::Tensor& prev,
+                       const std::optional<at::Tensor>& ib, const std::optional<at::Tensor>& hb, int64_t factor) {
+  TORCH_CHECK(ig.dim() == 2, fn, ": expected input_gates to be 2-d [batch, ", factor, " * hidden], got size ", ig.sizes());
+  TORCH_CHECK(hg.sizes().equals(ig.sizes()), fn, ": expected hidden_gates of size ", ig.sizes(), ", got ", hg.sizes());
+  TORCH_CHECK(ig.size(1) % factor == 0, fn, ": input_gates has ", ig.size(1), " columns, not a multiple of ", factor);
+  const int64_t B = ig.size(0), H = ig.size(1) / factor;
+  TORCH_CHECK(prev.dim() == 2 && prev.size(0) == B && prev.size(1) == H, fn, ": expected ", kCellArgs[2], " of size [",
+              B, ", ", H, "], got ", prev.sizes());
+  const bool hi = ib.has_value() && ib->defined(), hh = hb.has_value() && hb->defined();
+  TORCH_CHECK(hi == hh, fn, ": input_bias and hidden_bias must be given together");
+  const at::Tensor* ts[5] = {&ig, &hg, &prev, hi ? &*ib : nullptr, hh ? &*hb : nullptr};
+  for (int k = 0; k < 5; k++) {
+    if (!ts[k]) continue;
+    if (k >= 3)
+      TORCH_CHECK(ts[k]->dim() == 1 && ts[k]->size(0) == ig.size(1), fn, ": expected ", kCellArgs[k], " of size [",
+                  ig.size(1), "], got ", ts[k]->sizes());
+    TORCH_CHECK(ts[k]->device() == ig.device(), "Expected all tensors to be on the same device, but found at least "
+                "two devices, ", ig.device(), " and ", ts[k]->device(), "!");
+    TORCH_CHECK(ts[k]->scalar_type() == ig.scalar_type(), fn, ": expected ", kCellArgs[k], " to have dtype ",
+                ig.scalar_type(), ", got ", ts[k]->scalar_type());
+  }
+  return hi;
+}
+
+static void check_same(const char* fn, const char* what, const at::Tensor& t, c10::IntArrayRef size, const at::Tensor& like) {
+  TORCH_CHECK(t.sizes().equals(size), fn, ": expected ", what, " of size ", size, ", got ", t.sizes());
+  TORCH_CHECK(t.device() == like.device(), "Expected all tensors to be on the same device, but found at least two "
+              "devices, ", like.device(), " and ", t.device(), "!");
+  TORCH_CHECK(t.scalar_type() == like.scalar_type(), fn, ": expected ", what, " to have dtype ", like.scalar_type(),
+              ", got ", t.scalar_type());
+}
+
+// An absent optional operand: a host scalar 0 of the cell's dtype.
+static tpu_tensor absent(const at::Tensor& like) { return tpu_tensor_scalar_f(0, to_tpu_dtype(like.scalar_type())); }
+
+static std::tuple<at::Tensor, at::Tensor, at::Tensor> thnn_fused_lstm_cell(const at::Tensor& ig, const at::Tensor& hg,
+    const at::Tensor& cx, const std::optional<at::Tensor>& ib, const std::optional<at::Tensor>& hb) {
+  const bool bias = check_cell("_thnn_fused_lstm_cell", ig, hg, cx, ib, hb, 4);
+  at::Tensor hy = at::empty(cx.sizes(), cx.options()), cy = at::empty(cx.sizes(), cx.options());
+  at::Tensor ws = at::empty(ig.sizes(), ig.options());
+  tpu_tensor ts[8] = {desc(hy), desc(cy), desc(ws), desc(ig), desc(hg), desc(cx)};
+  if (bias) { ts[6] = desc(*ib); ts[7] = desc(*hb); }
+  submit(TPU_OP_LSTM_CELL, ts, bias ? 8 : 6, tpu_params{});
+  return {hy, cy, ws};
+}
+
+// Returns (grad_gates, grad_cx, grad_bias); grad_gates is the gradient of
+// both gate inputs, grad_bias of both biases (PyTorch's composite
+// _thnn_fused_lstm_cell_backward hands each out twice).
+static std::tuple<at::Tensor, at::Tensor, at::Tensor> thnn_fused_lstm_cell_backward_impl(
+    const std::optional<at::Tensor>& grad_hy, const std::optional<at::Tensor>& grad_cy, const at::Tensor& cx,
+    const at::Tensor& cy, const at::Tensor& ws, bool has_bias) {
+  const char* fn = "_thnn_fused_lstm_cell_backward";
+  const bool dh = grad_hy.has_value() && grad_hy->defined(), dc = grad_cy.has_value() && grad_cy->defined();
+  if (!dh && !dc) return {};
+  TORCH_CHECK(cx.dim() == 2, fn, ": expected cx to be 2-d, got size ", cx.sizes());
+  const int64_t B = cx.size(0), H = cx.size(1);
+  check_same(fn, "cy", cy, cx.sizes(), cx);
+  check_same(fn, "workspace", ws, {B, 4 * H}, cx);
+  if (dh) check_same(fn, "grad_hy", *grad_hy, cx.sizes(), cx);
+  if (dc) check_same(fn, "grad_cy", *grad_cy, cx.sizes(), cx);
+  at::Tensor gg = at::empty({B, 4 * H}, ws.options()), gcx = at::empty(cx.sizes(), cx.options());
+  at::Tensor gb = has_bias ? at::empty({4 * H}, ws.options()) : at::Tensor();
+  tpu_tensor ts[8] = {desc(gg), desc(gcx), has_bias ? desc(gb) : absent(cx), dh ? desc(*grad_hy) : absent(cx),
+                      dc ? desc(*grad_cy) : absent(cx), desc(cx), desc(cy), desc(ws)};
+  submit(TPU_OP_LSTM_CELL_BWD, ts, 8, tpu_params{});
+  return {gg, gcx, gb};
+}
+
+static std::tuple<at::Tensor, at::Tensor> thnn_fused_gru_cell(const at::Tensor& ig, const at::Tensor& hg,
+    const at::Tensor& hx, const std::optional<at::Tensor>& ib, const std::optional<at::Tensor>& hb) {
+  const bool bias = check_cell("_thnn_fused_gru_cell", ig, hg, hx, ib, hb, 3);
+  at::Tensor hy = at::empty(hx.sizes(), hx.options());
+  at::Tensor ws = at::empty({hx.size(0), hx.size(1) * 5}, hx.options());
+  tpu_tensor ts[7] = {desc(hy), desc(ws), desc(ig), desc(hg), desc(hx)};
+  if (bias) { ts[5] = desc(*ib); ts[6] = desc(*hb); }
+  submit(TPU_OP_GRU_CELL, ts, bias ? 7 : 5, tpu_params{});
+  return {hy, ws};
+}
+
+static std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> thnn_fused_gru_cell_backward(
+    const at::Tensor& grad_hy, const at::Tensor& ws, bool has_bias) {
+  const char* fn = "_thnn_fused_gru_cell_backward";
+  TORCH_CHECK(grad_hy.dim() == 2, fn, ": expected grad_hy to be 2-d, got size ", grad_hy.sizes());
+  const int64_t B = grad_hy.size(0), H = grad_hy.size(1);
+  check_same(fn, "workspace", ws, {B, 5 * H}, grad_hy);
+  auto opt = ws.options();
+  at::Tensor gi = at::empty({B, 3 * H}, opt), gh = at::empty({B, 3 * H}, opt), ghx = at::empty({B, H}, opt);
+  at::Tensor gib, ghb;
+  if (has_bias) { gib = at::empty({3 * H}, opt); ghb = at::empty({3 * H}, opt); }
+  tpu_tensor ts[7] = {desc(gi), desc(gh), desc(ghx), has_bias ? desc(gib) : absent(ws), has_bias ? desc(ghb) : absent(ws),
+                      desc(grad_hy), desc(ws)};
+  submit(TPU_OP_GRU_CELL_BWD, ts, 7, tpu_params{});
+  return {gi, gh, ghx, gib, ghb};
+}
+
+} // namespace at::tpu
+
+// This file's rows of the op table (ops_core.cpp and ops_pointwise.cpp register theirs).
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  using namespace at::tpu;
+  // matrix unit
+  m.impl("mm.out", TORCH_FN(mm_out)); m.impl("addmm.out", TORCH_FN(addmm_out));
+  m.impl("bmm.out", TORCH_FN(bmm_out)); m.impl("baddbmm.out", TORCH_FN(baddbmm_out));
+  m.impl("addmv.out", TORCH_FN(addmv_out)); m.impl("dot", TORCH_FN(dot));
+  // softmax, losses, norms
+  m.impl("_softmax.out", TORCH_FN(softmax_out)); m.impl("_log_softmax.out", TORCH_FN(log_softmax_out));
+  m.impl("_softmax_backward_data.out", TORCH_FN(softmax_backward_out));
+  m.impl("_log_softmax_backward_data.out", TORCH_FN(log_softmax_backward_out));
+  m.impl("nll_loss_forward.output", TORCH_FN(nll_loss_forward_out));
+  m.impl("nll_loss_backward.grad_input", TORCH_FN(nll_loss_backward_out));
+  m.impl("native_layer_norm", TORCH_FN(native_layer_norm));
+  m.impl("native_layer_norm_backward", TORCH_FN(native_layer_norm_backward));
+  // indexing
+  m.impl("index_select", TORCH_FN(index_select)); m.impl("index_select.out", TORCH_FN(index_select_out));
+  m.impl("gather.out", TORCH_FN(gather_out)); m.impl("scatter_add.out", TORCH_FN(scatter_add_out));
+  m.impl("index_add.out", TORCH_FN(index_add_out));
+  m.impl("embedding_dense_backward", TORCH_FN(embedding_dense_backward));
+  m.impl("masked_select", TORCH_FN(masked_select));
+  // convolution, pooling
+  m.impl("convolution_overrideable", TORCH_FN(convolution));
+  m.impl("convolution_backward_overrideable", TORCH_FN(convolution_backward));
+  m.impl("max_pool2d_with_indices", TORCH_FN(max_pool2d_with_indices));
+  m.impl("max_pool2d_with_indices_backward", TORCH_FN(max_pool2d_with_indices_backward));
+  // random
+  m.impl("uniform_", TORCH_FN(uniform_)); m.impl("normal_", TORCH_FN(normal_));
+  m.impl("bernoulli_.float", TORCH_FN(bernoulli_f)); m.impl("bernoulli_.Tensor", TORCH_FN(bernoulli_t));
+  m.impl("random_.from", TORCH_FN(random_from)); m.impl("random_.to", TORCH_FN(random_to)); m.impl("random_", TORCH_FN(random_all));
+  m.impl("native_dropout", TORCH_FN(native_dropout));
+  m.impl("native_dropout_backward", TORCH_FN(native_dropout_backward));
+  // rnn cells
+  m.impl("_thnn_fused_lstm_cell", TORCH_FN(thnn_fused_lstm_cell));
+  m.impl("_thnn_fused_lstm_cell_backward_impl", TORCH_FN(thnn_fused_lstm_cell_backward_impl));
+  m.impl("_thnn_fused_gru_cell", TORCH_FN(thnn_fused_gru_cell));
+  m.impl("_thnn_fused_gru_cell_backward", TORCH_FN(thnn_fused_gru_cell_backward));
+}

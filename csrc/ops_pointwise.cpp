@@ -1,0 +1,693 @@
+// ops_pointwise.cpp - tpu ATen kernels for elementwise ops (unary, binary,
+// ternary, activations and their backward) and for reductions and scans.
+//
+// Each kernel only checks arguments, computes the output's shape and dtype,
+// allocates, describes tensors to the runtime and hands the op to submit().
+// No math. For structured ops only the `.out` overload is registered:
+// PyTorch's CompositeExplicitAutogradNonFunctional wrappers run the op's meta
+// function (shape, dtype and error checks in PyTorch's own words) and call our
+// `.out` kernel for the functional and in-place forms.
+#include "tpu_glue.h"
+
+#include <ATen/ExpandUtils.h>
+#include <ATen/WrapDimUtils.h>
+#include <ATen/WrapDimUtilsMulti.h>
+#include <ATen/native/Resize.h>
+#include <ATen/native/TypeProperties.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <torch/library.h>
+
+#include <bitset>
+#include <limits>
+
+namespace at::tpu {
+
+// ---------------------------------------------------------------- elementwise helpers
+
+static c10::ScalarType float_of(c10::ScalarType t) {
+  return isIntegralType(t, /*includeBool=*/true) ? default_float() : t;
+}
+
+static void check_cast(c10::ScalarType from, const at::Tensor& out) {
+  TORCH_CHECK(canCast(from, out.scalar_type()), "result type ", from, " can't be cast to the desired output type ",
+              out.scalar_type());
+}
+
+
+static std::vector<int64_t> bshape(std::initializer_list<at::Tensor> ts) {
+  std::vector<int64_t> s;
+  for (const auto& t : ts) s = at::infer_size(s, t.sizes());
+  return s;
+}
+
+static c10::ScalarType common_type(std::initializer_list<at::Tensor> ts) {
+  at::native::ResultTypeState st{};
+  for (const auto& t : ts) st = at::native::update_result_type_state(t, st);
+  return at::native::result_type(st);
+}
+
+
+// The strides TensorIterator gives an output it allocates, so a result keeps
+// its inputs' memory format (x.t().abs() is transposed, as on CPU): inputs of
+// one shape with equal dense strides lend them; otherwise dims are ordered
+// innermost-first by the first input whose strides tell two dims apart
+// (broadcast dims do not vote), and the output is dense in that order.
+static std::vector<int64_t> ti_strides(c10::IntArrayRef shape, std::initializer_list<at::Tensor> ins) {
+  const int64_t nd = static_cast<int64_t>(shape.size());
+  bool same = true;
+  const at::Tensor* first = nullptr;
+  for (const auto& t : ins) {
+    if (!t.sizes().equals(shape) || !t.is_non_overlapping_and_dense()) { same = false; break; }
+    if (!first) first = &t;
+    else if (!t.strides().equals(first->strides())) { same = false; break; }
+  }
+  if (same && first) return first->strides().vec();
+  // Each input's strides against the output shape (0 where broadcast).
+  std::vector<std::vector<int64_t>> st;
+  for (const auto& t : ins) {
+    std::vector<int64_t> v(nd, 0);
+    for (int64_t d = 0, off = nd - t.dim(); d < t.dim(); d++)
+      v[off + d] = (t.size(d) == 1 && shape[off + d] != 1) ? 0 : t.stride(d);
+    st.push_back(std::move(v));
+  }
+  auto should_swap = [&](int64_t d0, int64_t d1) {
+    for (const auto& v : st) {
+      if (v[d0] == 0 || v[d1] == 0) continue;
+      if (v[d0] < v[d1]) return -1;
+      if (v[d0] > v[d1]) return 1;
+      if (shape[d0] > shape[d1]) return 1;
+    }
+    return 0;
+  };
+  std::vector<int64_t> perm(nd);   // innermost first
+  for (int64_t i = 0; i < nd; i++) perm[i] = nd - 1 - i;
+  for (int64_t i = 1; i < nd; i++) {
+    int64_t d1 = i;
+    for (int64_t d0 = i - 1; d0 >= 0; d0--) {
+      int c = should_swap(perm[d0], perm[d1]);
+      if (c > 0) { std::swap(perm[d0], perm[d1]); d1 = d0; }
+      else if (c < 0) break;
+    }
+  }
+  std::vector<int64_t> strides(nd);
+  int64_t f = 1;
+  for (int64_t i = 0; i < nd; i++) { strides[perm[i]] = f; f *= shape[perm[i]]; }
+  return strides;
+}
+
+// Resize `out` to `shape` as TensorIterator does: an out of the right shape is
+// kept as given; one that must be resized gets ti_strides().
+static void resize_like_ti(at::Tensor& out, c10::IntArrayRef shape, std::initializer_list<at::Tensor> ins) {
+  if (out.sizes().equals(shape)) return;
+  at::native::resize_output(out, shape);
+  auto strides = ti_strides(shape, ins);
+  if (!out.strides().equals(strides)) out.as_strided_(shape, strides);
+}
+
+static at::Tensor& ew_out(tpu_op op, at::Tensor& out, std::initializer_list<at::Tensor> ins,
+                          std::optional<c10::ScalarType> compute = std::nullopt, tpu_params p = {},
+                          bool cast_check = true) {
+  c10::ScalarType c = compute ? *compute : common_type(ins);
+  resize_like_ti(out, bshape(ins), ins);
+  if (cast_check) check_cast(c, out);
+  ew(op, out, ins, c, p);
+  return out;
+}
+
+
+// ---------------------------------------------------------------- unary
+// The plain unary ops, one row each: (ATen name, runtime op). The table makes
+// both the `<name>_out` kernel and its "<name>.out" registration row.
+// FLOAT ops compute in the input's floating type (integers promote to the
+// default dtype); SAME ops compute in the input's dtype (activations are not
+// promoted: integer inputs fail the op's dtype rule, as on CPU).
+#define TPU_UNARY_FLOAT_OPS(X)                                                                            \
+  X(exp, EXP) X(exp2, EXP2) X(expm1, EXPM1) X(log, LOG) X(log2, LOG2) X(log10, LOG10) X(log1p, LOG1P)     \
+  X(sqrt, SQRT) X(rsqrt, RSQRT) X(reciprocal, RECIPROCAL) X(sin, SIN) X(cos, COS) X(tan, TAN)             \
+  X(asin, ASIN) X(acos, ACOS) X(atan, ATAN) X(sinh, SINH) X(cosh, COSH) X(tanh, TANH) X(asinh, ASINH)     \
+  X(acosh, ACOSH) X(atanh, ATANH) X(erf, ERF) X(erfc, ERFC) X(sigmoid, SIGMOID)
+#define TPU_UNARY_SAME_OPS(X)                                                                             \
+  X(silu, SILU) X(mish, MISH) X(hardsigmoid, HARDSIGMOID) X(hardswish, HARDSWISH) X(neg, NEG) X(abs, ABS) \
+  X(sign, SIGN) X(floor, FLOOR) X(ceil, CEIL) X(round, ROUND) X(trunc, TRUNC) X(frac, FRAC)               \
+  X(bitwise_not, BITWISE_NOT)
+
+#define UNARY_FLOAT(fn, OP)                                                     \
+  static at::Tensor& fn##_out(const at::Tensor& self, at::Tensor& out) {       \
+    return ew_out(TPU_OP_##OP, out, {self}, float_of(self.scalar_type()));     \
+  }
+#define UNARY_SAME(fn, OP)                                                      \
+  static at::Tensor& fn##_out(const at::Tensor& self, at::Tensor& out) {       \
+    return ew_out(TPU_OP_##OP, out, {self}, self.scalar_type());               \
+  }
+TPU_UNARY_FLOAT_OPS(UNARY_FLOAT)
+TPU_UNARY_SAME_OPS(UNARY_SAME)
+#undef UNARY_FLOAT
+#undef UNARY_SAME
+
+static at::Tensor& logical_not_out(const at::Tensor& self, at::Tensor& out) {
+  return ew_out(TPU_OP_LOGICAL_NOT, out, {self}, self.scalar_type(), {}, false);
+}
+
+static at::Tensor& gelu_out(const at::Tensor& self, c10::string_view approximate, at::Tensor& out) {
+  tpu_params p{};
+  p.i[0] = approximate == "tanh" ? 1 : 0;
+  return ew_out(TPU_OP_GELU, out, {self}, self.scalar_type(), p);
+}
+
+static at::Tensor isnan(const at::Tensor& self) {
+  auto out = at::empty_like(self, self.options().dtype(kBool));
+  ew(TPU_OP_ISNAN, out, {self}, self.scalar_type());
+  return out;
+}
+
+static at::Tensor& tri_out(tpu_op op, const at::Tensor& self, int64_t diag, at::Tensor& out) {
+  TORCH_CHECK(self.dim() >= 2, op == TPU_OP_TRIL ? "tril" : "triu", ": input tensor must have at least 2 dimensions");
+  at::native::resize_output(out, self.sizes());
+  if (out.numel() == 0) return out;
+  at::Tensor src = self;
+  if (out.scalar_type() != self.scalar_type()) { src = at::empty(self.sizes(), out.options()); device_copy(src, self); }
+  tpu_params p{};
+  p.i[0] = diag;
+  tpu_tensor ts[2] = {desc(out), desc(src)};
+  submit(op, ts, 2, p);
+  return out;
+}
+static at::Tensor& tril_out(const at::Tensor& self, int64_t diag, at::Tensor& out) { return tri_out(TPU_OP_TRIL, self, diag, out); }
+static at::Tensor& triu_out(const at::Tensor& self, int64_t diag, at::Tensor& out) { return tri_out(TPU_OP_TRIU, self, diag, out); }
+
+// isposinf / isneginf: x == +-inf (always false for integer dtypes).
+static at::Tensor& isinf_sign_out(const at::Tensor& self, double inf, at::Tensor& out) {
+  at::native::resize_output(out, self.sizes());
+  if (!isFloatingType(self.scalar_type())) return out.fill_(false);
+  tpu_params p{};
+  ew(TPU_OP_EQ, out, {self, wrap(inf)}, self.scalar_type(), p);
+  return out;
+}
+static at::Tensor& isposinf_out(const at::Tensor& self, at::Tensor& out) {
+  return isinf_sign_out(self, std::numeric_limits<double>::infinity(), out);
+}
+static at::Tensor& isneginf_out(const at::Tensor& self, at::Tensor& out) {
+  return isinf_sign_out(self, -std::numeric_limits<double>::infinity(), out);
+}
+
+static at::Tensor& hardtanh_out(const at::Tensor& self, const c10::Scalar& mn, const c10::Scalar& mx, at::Tensor& out) {
+  TORCH_CHECK(self.scalar_type() != kBool, "Bool inputs not supported for hardtanh");
+  TORCH_CHECK(self.scalar_type() != kByte || (mn.toLong() >= 0 && mx.toLong() >= 0),
+              "cannot do hardtanh on an unsigned type with negative limits");
+  tpu_params p{};
+  p.i[0] = 1;
+  p.i[1] = 1;
+  p.f[0] = mn.toDouble();
+  p.f[1] = mx.toDouble();
+  return ew_out(TPU_OP_CLAMP, out, {self}, self.scalar_type(), p);
+}
+static at::Tensor hardtanh(const at::Tensor& self, const c10::Scalar& mn, const c10::Scalar& mx) {
+  auto out = at::empty({0}, self.options());
+  return hardtanh_out(self, mn, mx, out);
+}
+static at::Tensor& hardtanh_(at::Tensor& self, const c10::Scalar& mn, const c10::Scalar& mx) {
+  return hardtanh_out(self, mn, mx, self);
+}
+
+static at::Tensor relu(const at::Tensor& self) {
+  TORCH_CHECK(self.scalar_type() != kBool, "Boolean inputs not supported for relu");
+  auto out = at::empty_like(self);
+  ew(TPU_OP_RELU, out, {self}, self.scalar_type());
+  return out;
+}
+static at::Tensor& relu_(at::Tensor& self) {
+  TORCH_CHECK(self.scalar_type() != kBool, "Boolean inputs not supported for relu");
+  ew(TPU_OP_RELU, self, {self}, self.scalar_type());
+  return self;
+}
+
+static at::Tensor& leaky_relu_out(const at::Tensor& self, const c10::Scalar& slope, at::Tensor& out) {
+  tpu_params p{};
+  p.f[0] = slope.toDouble();
+  return ew_out(TPU_OP_LEAKY_RELU, out, {self}, self.scalar_type(), p);
+}
+
+static at::Tensor& softplus_out(const at::Tensor& self, const c10::Scalar& beta, const c10::Scalar& th, at::Tensor& out) {
+  tpu_params p{};
+  p.f[0] = beta.toDouble();
+  p.f[1] = th.toDouble();
+  return ew_out(TPU_OP_SOFTPLUS, out, {self}, self.scalar_type(), p);
+}
+
+static at::Tensor& elu_out(const at::Tensor& self, const c10::Scalar& alpha, const c10::Scalar& scale,
+                           const c10::Scalar& iscale, at::Tensor& out) {
+  tpu_params p{};
+  p.f[0] = alpha.toDouble();
+  p.f[1] = scale.toDouble();
+  p.f[2] = iscale.toDouble();
+  return ew_out(TPU_OP_ELU, out, {self}, self.scalar_type(), p);
+}
+
+static at::Tensor& nan_to_num_out(const at::Tensor& self, std::optional<double> nan, std::optional<double> pinf,
+                                  std::optional<double> ninf, at::Tensor& out) {
+  tpu_params p{};
+  double big = self.scalar_type() == kDouble ? std::numeric_limits<double>::max()
+             : self.scalar_type() == kHalf ? 65504.0
+             : self.scalar_type() == kBFloat16 ? 3.3895313892515355e38
+             : double(std::numeric_limits<float>::max());
+  p.f[0] = nan.value_or(0.0);
+  p.f[1] = pinf.value_or(big);
+  p.f[2] = ninf.value_or(-big);
+  return ew_out(TPU_OP_NAN_TO_NUM, out, {self}, self.scalar_type(), p);
+}
+
+// A clamp bound in the compute dtype, converted as CPU converts it (Scalar::to:
+// a negative bound wraps for uint8, an out-of-range one raises).
+static double clamp_bound(const c10::Scalar& s, c10::ScalarType c) {
+  switch (c) {
+    case kByte: return s.to<uint8_t>();
+    case kChar: return s.to<int8_t>();
+    case kShort: return s.to<int16_t>();
+    case kInt: return s.to<int32_t>();
+    case kLong: return static_cast<double>(s.to<int64_t>());
+    case kBool: return s.to<bool>();
+    default: return s.toDouble();
+  }
+}
+
+static at::Tensor& clamp_out(const at::Tensor& self, const std::optional<c10::Scalar>& mn,
+                             const std::optional<c10::Scalar>& mx, at::Tensor& out) {
+  c10::ScalarType c = self.scalar_type();
+  if (mn) c = at::native::result_type(at::native::update_result_type_state(*mn, at::native::update_result_type_state(self, {})));
+  if (mx) c = promoteTypes(c, at::native::result_type(at::native::update_result_type_state(*mx, at::native::update_result_type_state(self, {}))));
+  tpu_params p{};
+  p.i[0] = mn.has_value();
+  p.i[1] = mx.has_value();
+  if (mn) p.f[0] = clamp_bound(*mn, c);
+  if (mx) p.f[1] = clamp_bound(*mx, c);
+  return ew_out(TPU_OP_CLAMP, out, {self}, c, p);
+}
+static at::Tensor& clamp_min_out(const at::Tensor& self, const c10::Scalar& mn, at::Tensor& out) {
+  return clamp_out(self, mn, std::nullopt, out);
+}
+static at::Tensor& clamp_max_out(const at::Tensor& self, const c10::Scalar& mx, at::Tensor& out) {
+  return clamp_out(self, std::nullopt, mx, out);
+}
+static at::Tensor& clamp_t_out(const at::Tensor& self, const std::optional<at::Tensor>& mn,
+                               const std::optional<at::Tensor>& mx, at::Tensor& out) {
+  TORCH_CHECK(mn.has_value() || mx.has_value(), "torch.clamp: At least one of 'min' or 'max' must not be None");
+  if (mn && mx) return ew_out(TPU_OP_CLAMP_T, out, {self, *mn, *mx});
+  if (mn) return ew_out(TPU_OP_MAXIMUM, out, {self, *mn});
+  return ew_out(TPU_OP_MINIMUM, out, {self, *mx});
+}
+static at::Tensor& clamp_min_t_out(const at::Tensor& self, const at::Tensor& mn, at::Tensor& out) {
+  return ew_out(TPU_OP_MAXIMUM, out, {self, mn});
+}
+static at::Tensor& clamp_max_t_out(const at::Tensor& self, const at::Tensor& mx, at::Tensor& out) {
+  return ew_out(TPU_OP_MINIMUM, out, {self, mx});
+}
+
+// ---------------------------------------------------------------- binary
+static at::Tensor& add_out(const at::Tensor& a, const at::Tensor& b, const c10::Scalar& alpha, at::Tensor& out) {
+  tpu_params p{};
+  p.f[0] = alpha.toDouble();
+  return ew_out(TPU_OP_ADD, out, {a, b}, std::nullopt, p);
+}
+static at::Tensor& sub_out(const at::Tensor& a, const at::Tensor& b, const c10::Scalar& alpha, at::Tensor& out) {
+  tpu_params p{};
+  p.f[0] = alpha.toDouble();
+  return ew_out(TPU_OP_SUB, out, {a, b}, std::nullopt, p);
+}
+static at::Tensor& div_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
+  return ew_out(TPU_OP_DIV, out, {a, b}, float_of(common_type({a, b})));
+}
+static at::Tensor& div_mode_out(const at::Tensor& a, const at::Tensor& b, std::optional<c10::string_view> mode,
+                                at::Tensor& out) {
+  if (!mode) return div_out(a, b, out);
+  tpu_params p{};
+  TORCH_CHECK(*mode == "trunc" || *mode == "floor",
+              "div expected rounding_mode to be one of None, 'trunc', or 'floor' but found '", *mode, "'");
+  p.i[0] = *mode == "trunc" ? 1 : 2;
+  return ew_out(TPU_OP_DIV, out, {a, b}, std::nullopt, p);
+}
+static at::Tensor& pow_tt_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
+  return ew_out(TPU_OP_POW, out, {a, b});
+}
+static at::Tensor& pow_ts_out(const at::Tensor& a, const c10::Scalar& b, at::Tensor& out) {
+  return ew_out(TPU_OP_POW, out, {a, wrap(b)});
+}
+static at::Tensor& pow_st_out(const c10::Scalar& a, const at::Tensor& b, at::Tensor& out) {
+  return ew_out(TPU_OP_POW, out, {wrap(a), b});
+}
+
+// The plain binary ops, one row each: (ATen name, runtime op, overload of the
+// `.out` row). BINARY ops compute in the inputs' common dtype and check the
+// cast to out; COMPARE ops (Tensor and Scalar forms) and LOGICAL ops write any
+// out dtype (bool usually).
+#define TPU_BINARY_OPS(X)                                                                                   \
+  X(mul, MUL, out) X(maximum, MAXIMUM, out) X(minimum, MINIMUM, out) X(fmod, FMOD, Tensor_out)              \
+  X(remainder, REMAINDER, Tensor_out) X(bitwise_and, BITWISE_AND, Tensor_out)                               \
+  X(bitwise_or, BITWISE_OR, Tensor_out) X(bitwise_xor, BITWISE_XOR, Tensor_out)
+#define TPU_COMPARE_OPS(X) X(eq, EQ) X(ne, NE) X(lt, LT) X(le, LE) X(gt, GT) X(ge, GE)
+#define TPU_LOGICAL_OPS(X) X(logical_and, LOGICAL_AND) X(logical_or, LOGICAL_OR) X(logical_xor, LOGICAL_XOR)
+
+#define BINARY(fn, OP, overload)                                                           \
+  static at::Tensor& fn##_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) { \
+    return ew_out(TPU_OP_##OP, out, {a, b});                                              \
+  }
+#define LOGICAL(fn, OP)                                                                        \
+  static at::Tensor& fn##_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {    \
+    return ew_out(TPU_OP_##OP, out, {a, b}, std::nullopt, {}, false);                         \
+  }
+#define COMPARE(fn, OP)                                                                        \
+  LOGICAL(fn, OP)                                                                              \
+  static at::Tensor& fn##_s_out(const at::Tensor& a, const c10::Scalar& b, at::Tensor& out) { \
+    return ew_out(TPU_OP_##OP, out, {a, wrap(b)}, std::nullopt, {}, false);                   \
+  }
+TPU_BINARY_OPS(BINARY)
+TPU_COMPARE_OPS(COMPARE)
+TPU_LOGICAL_OPS(LOGICAL)
+#undef BINARY
+#undef LOGICAL
+#undef COMPARE
+
+static at::Tensor& atan2_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
+  return ew_out(TPU_OP_ATAN2, out, {a, b}, float_of(common_type({a, b})));
+}
+
+// Activation backward: (grad, x-or-y) -> grad_input
+static at::Tensor& threshold_backward_out(const at::Tensor& g, const at::Tensor& x, const c10::Scalar& th, at::Tensor& out) {
+  tpu_params p{};
+  p.f[0] = th.toDouble();
+  return ew_out(TPU_OP_THRESHOLD_BWD, out, {g, x}, std::nullopt, p);
+}
+static at::Tensor& gelu_backward_out(const at::Tensor& g, const at::Tensor& x, c10::string_view approx, at::Tensor& out) {
+  tpu_params p{};
+  p.i[0] = approx == "tanh" ? 1 : 0;
+  return ew_out(TPU_OP_GELU_BWD, out, {g, x}, std::nullopt, p);
+}
+static at::Tensor& silu_backward_out(const at::Tensor& g, const at::Tensor& x, at::Tensor& out) {
+  return ew_out(TPU_OP_SILU_BWD, out, {g, x});
+}
+static at::Tensor& sigmoid_backward_out(const at::Tensor& g, const at::Tensor& y, at::Tensor& out) {
+  return ew_out(TPU_OP_SIGMOID_BWD, out, {g, y});
+}
+static at::Tensor& tanh_backward_out(const at::Tensor& g, const at::Tensor& y, at::Tensor& out) {
+  return ew_out(TPU_OP_TANH_BWD, out, {g, y});
+}
+static at::Tensor& leaky_relu_backward_out(const at::Tensor& g, const at::Tensor& x, const c10::Scalar& slope,
+                                           bool self_is_result, at::Tensor& out) {
+  tpu_params p{};
+  p.f[0] = slope.toDouble();
+  return ew_out(TPU_OP_LEAKY_RELU_BWD, out, {g, x}, std::nullopt, p);
+}
+static at::Tensor& softplus_backward_out(const at::Tensor& g, const at::Tensor& x, const c10::Scalar& beta,
+                                         const c10::Scalar& th, at::Tensor& out) {
+  tpu_params p{};
+  p.f[0] = beta.toDouble();
+  p.f[1] = th.toDouble();
+  return ew_out(TPU_OP_SOFTPLUS_BWD, out, {g, x}, std::nullopt, p);
+}
+static at::Tensor& hardtanh_backward_out(const at::Tensor& g, const at::Tensor& x, const c10::Scalar& mn,
+                                         const c10::Scalar& mx, at::Tensor& out) {
+  tpu_params p{};
+  p.f[0] = mn.toDouble();
+  p.f[1] = mx.toDouble();
+  return ew_out(TPU_OP_HARDTANH_BWD, out, {g, x}, std::nullopt, p);
+}
+static at::Tensor hardtanh_backward(const at::Tensor& g, const at::Tensor& x, const c10::Scalar& mn, const c10::Scalar& mx) {
+  auto out = at::empty({0}, g.options());
+  return hardtanh_backward_out(g, x, mn, mx, out);
+}
+
+// ---------------------------------------------------------------- ternary
+static at::Tensor& addcmul_out(const at::Tensor& s, const at::Tensor& t1, const at::Tensor& t2, const c10::Scalar& v,
+                               at::Tensor& out) {
+  tpu_params p{};
+  p.f[0] = v.toDouble();
+  return ew_out(TPU_OP_ADDCMUL, out, {s, t1, t2}, std::nullopt, p);
+}
+static at::Tensor& addcdiv_out(const at::Tensor& s, const at::Tensor& t1, const at::Tensor& t2, const c10::Scalar& v,
+                               at::Tensor& out) {
+  tpu_params p{};
+  p.f[0] = v.toDouble();
+  return ew_out(TPU_OP_ADDCDIV, out, {s, t1, t2}, std::nullopt, p);
+}
+static at::Tensor& lerp_s_out(const at::Tensor& s, const at::Tensor& e, const c10::Scalar& w, at::Tensor& out) {
+  auto wt = wrap(w);
+  return ew_out(TPU_OP_LERP, out, {s, e, wt}, common_type({s, e}));
+}
+static at::Tensor& lerp_t_out(const at::Tensor& s, const at::Tensor& e, const at::Tensor& w, at::Tensor& out) {
+  return ew_out(TPU_OP_LERP, out, {s, e, w}, common_type({s, e}));
+}
+static at::Tensor& where_out(const at::Tensor& c, const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
+  TORCH_CHECK(c.scalar_type() == kBool || c.scalar_type() == kByte, "where expected condition to be a boolean tensor, but got a tensor with dtype ", c.scalar_type());
+  return ew_out(TPU_OP_WHERE, out, {c, a, b}, common_type({a, b}));
+}
+static at::Tensor where(const at::Tensor& c, const at::Tensor& a, const at::Tensor& b) {
+  auto out = at::empty({0}, (a.device().is_cpu() ? b : a).options().dtype(common_type({a, b})));
+  return where_out(c, a, b, out);
+}
+static at::Tensor& masked_fill_s(at::Tensor& self, const at::Tensor& mask, const c10::Scalar& v) {
+  TORCH_CHECK(mask.scalar_type() == kBool, "masked_fill_ only supports boolean masks, but got mask with dtype ", mask.scalar_type());
+  ew(TPU_OP_WHERE, self, {mask, wrap(v), self}, self.scalar_type());
+  return self;
+}
+static at::Tensor& masked_fill_t(at::Tensor& self, const at::Tensor& mask, const at::Tensor& v) {
+  TORCH_CHECK(v.dim() == 0, "masked_fill_ only supports a 0-dimensional value tensor, but got tensor with ", v.dim(), " dimension(s).");
+  TORCH_CHECK(mask.scalar_type() == kBool, "masked_fill_ only supports boolean masks, but got mask with dtype ", mask.scalar_type());
+  ew(TPU_OP_WHERE, self, {mask, v, self}, self.scalar_type());
+  return self;
+}
+
+// ---------------------------------------------------------------- reductions
+// Output descriptor in "keepdim" form: reduced dims have size 1 (stride 0).
+static tpu_tensor red_out_desc(const at::Tensor& self, const at::Tensor& out, std::bitset<64> mask, bool keepdim) {
+  tpu_tensor d = desc(out);
+  int64_t nd = std::max<int64_t>(self.dim(), 1);
+  if (self.dim() == 0) { d.ndim = 1; d.sizes[0] = 1; d.strides[0] = 0; return d; }
+  if (keepdim) {
+    for (int64_t i = 0; i < nd; i++) if (mask[i]) d.strides[i] = 0;
+    return d;
+  }
+  int64_t j = 0;
+  for (int64_t i = 0; i < nd; i++) {
+    if (mask[i]) { d.sizes[i] = 1; d.strides[i] = 0; }
+    else { d.sizes[i] = out.size(j); d.strides[i] = out.stride(j); j++; }
+  }
+  d.ndim = static_cast<int32_t>(nd);
+  return d;
+}
+
+static std::bitset<64> red_mask(const at::Tensor& self, at::OptionalIntArrayRef dims) {
+  int64_t nd = std::max<int64_t>(self.dim(), 1);
+  if (!dims || dims->empty()) {
+    std::bitset<64> m;
+    for (int64_t i = 0; i < nd; i++) m.set(i);
+    return m;
+  }
+  return at::dim_list_to_bitset(*dims, nd);
+}
+
+static std::vector<int64_t> red_shape(const at::Tensor& self, std::bitset<64> mask, bool keepdim) {
+  std::vector<int64_t> s;
+  for (int64_t i = 0; i < self.dim(); i++) {
+    if (mask[i]) { if (keepdim) s.push_back(1); }
+    else s.push_back(self.size(i));
+  }
+  return s;
+}
+
+static at::Tensor& reduce(tpu_op op, const at::Tensor& self, at::OptionalIntArrayRef dims, bool keepdim, at::Tensor& out,
+                          tpu_params p = {}) {
+  auto mask = red_mask(self, dims);
+  at::native::resize_output(out, red_shape(self, mask, keepdim));
+  if (out.numel() == 0) return out;
+  tpu_tensor ts[2] = {red_out_desc(self, out, mask, keepdim), desc1d(self)};
+  p.compute_dtype = to_tpu_dtype(out.scalar_type());
+  submit(op, ts, 2, p);
+  return out;
+}
+
+static at::Tensor& sum_out(const at::Tensor& self, at::OptionalIntArrayRef dims, bool keepdim,
+                           std::optional<c10::ScalarType>, at::Tensor& out) {
+  return reduce(TPU_OP_SUM, self, dims, keepdim, out);
+}
+static at::Tensor& mean_out(const at::Tensor& self, at::OptionalIntArrayRef dims, bool keepdim,
+                            std::optional<c10::ScalarType>, at::Tensor& out) {
+  return reduce(TPU_OP_MEAN, self, dims, keepdim, out);
+}
+static at::Tensor& prod_out(const at::Tensor& self, int64_t dim, bool keepdim, std::optional<c10::ScalarType>,
+                            at::Tensor& out) {
+  int64_t d = at::maybe_wrap_dim(dim, self.dim());
+  return reduce(TPU_OP_PROD, self, at::IntArrayRef(d), keepdim, out);
+}
+static at::Tensor prod(const at::Tensor& self, std::optional<c10::ScalarType> dtype) {
+  auto st = dtype.value_or(isIntegralType(self.scalar_type(), true) ? kLong : self.scalar_type());
+  auto out = at::empty({}, self.options().dtype(st));
+  return reduce(TPU_OP_PROD, self, std::nullopt, false, out);
+}
+static at::Tensor& amax_out(const at::Tensor& self, c10::IntArrayRef dims, bool keepdim, at::Tensor& out) {
+  return reduce(TPU_OP_AMAX, self, dims, keepdim, out);
+}
+static at::Tensor& amin_out(const at::Tensor& self, c10::IntArrayRef dims, bool keepdim, at::Tensor& out) {
+  return reduce(TPU_OP_AMIN, self, dims, keepdim, out);
+}
+static at::Tensor full_minmax(tpu_op op, const at::Tensor& self, const char* name) {
+  TORCH_CHECK(self.numel() > 0, name, "(): Expected reduction dim to be specified for input.numel() == 0. "
+              "Specify the reduction dim with the 'dim' argument.");
+  auto out = at::empty({}, self.options());
+  return reduce(op, self, std::nullopt, false, out);
+}
+static at::Tensor max_all(const at::Tensor& self) { return full_minmax(TPU_OP_AMAX, self, "max"); }
+static at::Tensor min_all(const at::Tensor& self) { return full_minmax(TPU_OP_AMIN, self, "min"); }
+
+static at::Tensor& arg_out(tpu_op op, const at::Tensor& self, std::optional<int64_t> dim, bool keepdim, at::Tensor& out) {
+  if (!dim) {
+    at::Tensor flat = self.reshape({-1});
+    at::native::resize_output(out, keepdim ? std::vector<int64_t>(self.dim(), 1) : std::vector<int64_t>{});
+    tpu_params p{};
+    p.i[0] = 0;
+    tpu_tensor o = desc(out);
+    o.ndim = 1; o.sizes[0] = 1; o.strides[0] = 0;
+    tpu_tensor ts[2] = {o, desc1d(flat)};
+    submit(op, ts, 2, p);
+    return out;
+  }
+  int64_t d = at::maybe_wrap_dim(*dim, std::max<int64_t>(self.dim(), 1));
+  tpu_params p{};
+  p.i[0] = d;
+  return reduce(op, self, at::IntArrayRef(d), keepdim, out, p);
+}
+static at::Tensor& argmax_out(const at::Tensor& self, std::optional<int64_t> dim, bool keepdim, at::Tensor& out) {
+  return arg_out(TPU_OP_ARGMAX, self, dim, keepdim, out);
+}
+static at::Tensor& argmin_out(const at::Tensor& self, std::optional<int64_t> dim, bool keepdim, at::Tensor& out) {
+  return arg_out(TPU_OP_ARGMIN, self, dim, keepdim, out);
+}
+static std::tuple<at::Tensor&, at::Tensor&> max_dim_out(const at::Tensor& self, int64_t dim, bool keepdim,
+                                                        at::Tensor& values, at::Tensor& indices) {
+  int64_t d = at::maybe_wrap_dim(dim, std::max<int64_t>(self.dim(), 1));
+  reduce(TPU_OP_AMAX, self, at::IntArrayRef(d), keepdim, values);
+  arg_out(TPU_OP_ARGMAX, self, d, keepdim, indices);
+  return {values, indices};
+}
+static std::tuple<at::Tensor&, at::Tensor&> min_dim_out(const at::Tensor& self, int64_t dim, bool keepdim,
+                                                        at::Tensor& values, at::Tensor& indices) {
+  int64_t d = at::maybe_wrap_dim(dim, std::max<int64_t>(self.dim(), 1));
+  reduce(TPU_OP_AMIN, self, at::IntArrayRef(d), keepdim, values);
+  arg_out(TPU_OP_ARGMIN, self, d, keepdim, indices);
+  return {values, indices};
+}
+static at::Tensor var_std(tpu_op op, const at::Tensor& self, at::OptionalIntArrayRef dims,
+                          const std::optional<c10::Scalar>& correction, bool keepdim) {
+  TORCH_CHECK(isFloatingType(self.scalar_type()), "std and var only support floating point and complex dtypes");
+  auto out = at::empty({0}, self.options());
+  tpu_params p{};
+  p.f[0] = correction ? correction->toDouble() : 1.0;
+  return reduce(op, self, dims, keepdim, out, p);
+}
+static at::Tensor var_c(const at::Tensor& self, at::OptionalIntArrayRef dims, const std::optional<c10::Scalar>& c, bool k) {
+  return var_std(TPU_OP_VAR, self, dims, c, k);
+}
+static at::Tensor std_c(const at::Tensor& self, at::OptionalIntArrayRef dims, const std::optional<c10::Scalar>& c, bool k) {
+  return var_std(TPU_OP_STD, self, dims, c, k);
+}
+static at::Tensor& any_out(const at::Tensor& self, int64_t dim, bool keepdim, at::Tensor& out) {
+  return reduce(TPU_OP_ANY, self, at::IntArrayRef(at::maybe_wrap_dim(dim, std::max<int64_t>(self.dim(), 1))), keepdim, out);
+}
+static at::Tensor& any_dims_out(const at::Tensor& self, at::OptionalIntArrayRef dims, bool keepdim, at::Tensor& out) {
+  return reduce(TPU_OP_ANY, self, dims, keepdim, out);
+}
+static at::Tensor& any_all_out(const at::Tensor& self, at::Tensor& out) { return reduce(TPU_OP_ANY, self, std::nullopt, false, out); }
+static at::Tensor& all_out(const at::Tensor& self, int64_t dim, bool keepdim, at::Tensor& out) {
+  return reduce(TPU_OP_ALL, self, at::IntArrayRef(at::maybe_wrap_dim(dim, std::max<int64_t>(self.dim(), 1))), keepdim, out);
+}
+static at::Tensor& all_dims_out(const at::Tensor& self, at::OptionalIntArrayRef dims, bool keepdim, at::Tensor& out) {
+  return reduce(TPU_OP_ALL, self, dims, keepdim, out);
+}
+static at::Tensor& all_all_out(const at::Tensor& self, at::Tensor& out) { return reduce(TPU_OP_ALL, self, std::nullopt, false, out); }
+static at::Tensor& norm_out(const at::Tensor& self, const c10::Scalar& ord, at::OptionalIntArrayRef dims, bool keepdim,
+                            std::optional<c10::ScalarType>, at::Tensor& out) {
+  tpu_params p{};
+  p.f[0] = ord.toDouble();
+  return reduce(TPU_OP_NORM, self, dims, keepdim, out, p);
+}
+static at::Tensor& scan_out(tpu_op op, const at::Tensor& self, int64_t dim, at::Tensor& out) {
+  at::native::resize_output(out, self.sizes());
+  if (out.numel() == 0) return out;
+  tpu_params p{};
+  p.i[0] = at::maybe_wrap_dim(dim, std::max<int64_t>(self.dim(), 1));
+  p.compute_dtype = to_tpu_dtype(out.scalar_type());
+  tpu_tensor ts[2] = {desc1d(out), desc1d(self)};
+  submit(op, ts, 2, p);
+  return out;
+}
+static at::Tensor& cumsum_out(const at::Tensor& self, int64_t dim, std::optional<c10::ScalarType>, at::Tensor& out) {
+  return scan_out(TPU_OP_CUMSUM, self, dim, out);
+}
+static at::Tensor& cumprod_out(const at::Tensor& self, int64_t dim, std::optional<c10::ScalarType>, at::Tensor& out) {
+  return scan_out(TPU_OP_CUMPROD, self, dim, out);
+}
+
+} // namespace at::tpu
+
+// This file's rows of the op table (ops_core.cpp and ops_nn.cpp register theirs).
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  using namespace at::tpu;
+  // unary: the tables, then the ops with parameters or their own rules
+#define ROW(fn, OP) m.impl(#fn ".out", TORCH_FN(fn##_out));
+  TPU_UNARY_FLOAT_OPS(ROW)
+  TPU_UNARY_SAME_OPS(ROW)
+#undef ROW
+  m.impl("logical_not.out", TORCH_FN(logical_not_out));
+  m.impl("gelu.out", TORCH_FN(gelu_out)); m.impl("relu", TORCH_FN(relu)); m.impl("relu_", TORCH_FN(relu_));
+  m.impl("leaky_relu.out", TORCH_FN(leaky_relu_out)); m.impl("softplus.out", TORCH_FN(softplus_out));
+  m.impl("elu.out", TORCH_FN(elu_out)); m.impl("nan_to_num.out", TORCH_FN(nan_to_num_out));
+  m.impl("clamp.out", TORCH_FN(clamp_out)); m.impl("clamp_min.out", TORCH_FN(clamp_min_out));
+  m.impl("clamp_max.out", TORCH_FN(clamp_max_out)); m.impl("clamp.Tensor_out", TORCH_FN(clamp_t_out));
+  m.impl("clamp_min.Tensor_out", TORCH_FN(clamp_min_t_out)); m.impl("clamp_max.Tensor_out", TORCH_FN(clamp_max_t_out));
+  m.impl("isnan", TORCH_FN(isnan));
+  m.impl("isposinf.out", TORCH_FN(isposinf_out)); m.impl("isneginf.out", TORCH_FN(isneginf_out));
+  m.impl("tril.out", TORCH_FN(tril_out)); m.impl("triu.out", TORCH_FN(triu_out));
+  m.impl("hardtanh", TORCH_FN(hardtanh)); m.impl("hardtanh.out", TORCH_FN(hardtanh_out));
+  m.impl("hardtanh_", TORCH_FN(hardtanh_));
+  // binary: the tables, then the rest
+#define ROW(fn, OP, overload) m.impl(#fn "." #overload, TORCH_FN(fn##_out));
+  TPU_BINARY_OPS(ROW)
+#undef ROW
+#define ROW(fn, OP) m.impl(#fn ".Tensor_out", TORCH_FN(fn##_out)); m.impl(#fn ".Scalar_out", TORCH_FN(fn##_s_out));
+  TPU_COMPARE_OPS(ROW)
+#undef ROW
+#define ROW(fn, OP) m.impl(#fn ".out", TORCH_FN(fn##_out));
+  TPU_LOGICAL_OPS(ROW)
+#undef ROW
+  m.impl("add.out", TORCH_FN(add_out)); m.impl("sub.out", TORCH_FN(sub_out));
+  m.impl("div.out", TORCH_FN(div_out)); m.impl("div.out_mode", TORCH_FN(div_mode_out));
+  m.impl("pow.Tensor_Tensor_out", TORCH_FN(pow_tt_out)); m.impl("pow.Tensor_Scalar_out", TORCH_FN(pow_ts_out));
+  m.impl("pow.Scalar_out", TORCH_FN(pow_st_out));
+  m.impl("atan2.out", TORCH_FN(atan2_out));
+  // activation backward
+  m.impl("threshold_backward.grad_input", TORCH_FN(threshold_backward_out));
+  m.impl("gelu_backward.grad_input", TORCH_FN(gelu_backward_out));
+  m.impl("silu_backward.grad_input", TORCH_FN(silu_backward_out));
+  m.impl("sigmoid_backward.grad_input", TORCH_FN(sigmoid_backward_out));
+  m.impl("tanh_backward.grad_input", TORCH_FN(tanh_backward_out));
+  m.impl("leaky_relu_backward.grad_input", TORCH_FN(leaky_relu_backward_out));
+  m.impl("softplus_backward.grad_input", TORCH_FN(softplus_backward_out));
+  m.impl("hardtanh_backward.grad_input", TORCH_FN(hardtanh_backward_out));
+  m.impl("hardtanh_backward", TORCH_FN(hardtanh_backward));
+  // ternary
+  m.impl("addcmul.out", TORCH_FN(addcmul_out)); m.impl("addcdiv.out", TORCH_FN(addcdiv_out));
+  m.impl("lerp.Scalar_out", TORCH_FN(lerp_s_out)); m.impl("lerp.Tensor_out", TORCH_FN(lerp_t_out));
+  m.impl("where.self", TORCH_FN(where)); m.impl("where.self_out", TORCH_FN(where_out));
+  m.impl("masked_fill_.Scalar", TORCH_FN(masked_fill_s)); m.impl("masked_fill_.Tensor", TORCH_FN(masked_fill_t));
+  // reductions
+  m.impl("sum.IntList_out", TORCH_FN(sum_out)); m.impl("mean.out", TORCH_FN(mean_out));
+  m.impl("prod.int_out", TORCH_FN(prod_out)); m.impl("prod", TORCH_FN(prod));
+  m.impl("amax.out", TORCH_FN(amax_out)); m.impl("amin.out", TORCH_FN(amin_out));
+  m.impl("max", TORCH_FN(max_all)); m.impl("min", TORCH_FN(min_all));
+  m.impl("argmax.out", TORCH_FN(argmax_out)); m.impl("argmin.out", TORCH_FN(argmin_out));
+  m.impl("max.dim_max", TORCH_FN(max_dim_out)); m.impl("min.dim_min", TORCH_FN(min_dim_out));
+  m.impl("var.correction", TORCH_FN(var_c)); m.impl("std.correction", TORCH_FN(std_c));
+  m.impl("any.out", TORCH_FN(any_out)); m.impl("any.dims_out", TORCH_FN(any_dims_out)); m.impl("any.all_out", TORCH_FN(any_all_out));
+  m.impl("all.out", TORCH_FN(all_out)); m.impl("all.dims_out", TORCH_FN(all_dims_out)); m.impl("all.all_out", TORCH_FN(all_all_out));
+  m.impl("linalg_vector_norm.out", TORCH_FN(norm_out));
+  m.impl("cumsum.out", TORCH_FN(cumsum_out)); m.impl("cumprod.out", TORCH_FN(cumprod_out));
+}

@@ -1,0 +1,50 @@
+/* ref-impl.h - the reference floor (runtime/src/ref/): one naive
+ * implementation of every op, never fast, never fused - the oracle the fast
+ * kernels are tested against - and the operand checks and per-element
+ * functions the fast kernels share with it. Uses only base/. */
+#ifndef TPU_REF_IMPL_H
+#define TPU_REF_IMPL_H
+#include "base/base-impl.h"
+#include "tpu/rng.h"
+#include <stdbool.h>
+
+/* tpu_ref_run (ref.c) dispatches by family (TPU_FAMILIES, tpu/ops.h) to
+ * tpu_ref_ew, tpu_ref_red, ... (ref/ref_<family>.c). */
+tpu_status tpu_ref_run(tpu_kargs *a);
+#define TPU_REF_DECL_(e, fast, ref) tpu_status tpu_ref_##ref(tpu_kargs *a);
+TPU_FAMILIES(TPU_REF_DECL_)
+#undef TPU_REF_DECL_
+
+/* A loop runner: fn(ctx, b, e) over disjoint ranges covering [0, n) (the
+ * fast kernels pass tpu_parallel_for; NULL in the reference means serial). */
+typedef void (*tpu_range_fn)(void *ctx, int64_t b, int64_t e);
+typedef void (*tpu_for_fn)(int64_t n, int64_t grain, tpu_range_fn fn, void *ctx);
+
+/* Shape ops written element by element (ref/ref_shape.c), shared by both
+ * kernels: the window ops (im2col, col2im, max pooling) one (n, c) plane per
+ * item, run by `for_each`; masked_select, a serial scan; tril/triu checks. */
+tpu_status tpu_shape_window(tpu_kargs *a, tpu_for_fn for_each);
+tpu_status tpu_masked_select(tpu_kargs *a);
+tpu_status tpu_tri_check(tpu_kargs *a);
+
+/* Operand checks shared by the fast and reference kernels of a family. */
+/* GEMM (ref/ref_misc.c): ranks, inner sizes, batch and output shape. */
+tpu_status tpu_gemm_check(tpu_kargs *a);
+/* RNN cells (ref/ref_rnn.c): *B, *H are the batch and hidden sizes. */
+tpu_status tpu_rnn_check(tpu_kargs *a, int64_t *B, int64_t *H);
+
+/* Random fills (ref/ref_random.c): the per-element function shared by the
+ * fast kernel (kernels/random.c) and the reference. */
+/* The last Philox block computed (consecutive elements share blocks). */
+typedef struct tpu_rand_cache { uint64_t g; uint32_t w[4]; bool valid; } tpu_rand_cache;
+
+/* Value of element i; p_override is the bernoulli probability at that element. */
+void tpu_random_element(const tpu_kargs *a, int64_t i, tpu_rand_cache *cache, double p_override, double *fv, int64_t *iv);
+/* Parameter checks shared by both kernels (from < to); fails the launch. */
+tpu_status tpu_random_check(tpu_kargs *a);
+/* The failure for a tensor of probabilities with a value outside [0, 1] (NaN included). */
+tpu_status tpu_random_bad_p(tpu_kargs *a);
+/* Compute element i and store it at multi-index idx of the output; false if
+ * its bernoulli probability (read from a tensor) is outside [0, 1]. */
+bool tpu_random_store(const tpu_kargs *a, int64_t i, const int64_t *idx, tpu_rand_cache *cache);
+#endif

@@ -1,0 +1,165 @@
+/* ref_random.c - random fills from Philox4x32-10: the per-element function
+ * (shared with the fast kernel, kernels/random.c), the checks, and the reference.
+ *
+ * Element i (row-major position in the output) takes `w` consecutive 32-bit
+ * words of the Philox stream (seed, offset): block i*w/4, words from lane
+ * (i*w)%4. w = 1 for 32-bit draws (float uniform, bernoulli), 2 for 64-bit
+ * ones (double uniform, integer ranges, float normal: two uniforms), 4 for a
+ * double normal. So element i depends on (seed, offset, i) only, whatever
+ * the tiling, thread count or mode. The per-element function is shared by
+ * the fast kernel (parallel, block cache, contiguous store) and the
+ * reference (serial, one block per element, generic store).
+ *
+ * Ranges hold in the output dtype, not in double: uniform's bounds are first
+ * rounded to the dtype (as PyTorch does), and a draw that rounds up to `to`
+ * becomes the dtype's largest value below `to` (for bf16 [0, 1) about one draw
+ * in 512 rounds up; moving it one ulp down shifts the mean by 2^-17, where
+ * PyTorch's "== to ? from" puts all of them on `from`). */
+#include "ref/ref-impl.h"
+#include <math.h>
+
+static int words_per_elem(const tpu_kargs *a) {
+    bool f64 = a->t[0].dtype == TPU_F64;
+    switch (a->op) {
+    case TPU_OP_RAND_NORMAL: return f64 ? 4 : 2;
+    case TPU_OP_RAND_INT: return 2;
+    case TPU_OP_RAND_UNIFORM: return f64 ? 2 : 1;
+    default: return 1;
+    }
+}
+
+/* v rounded to the float dtype dt exactly as tpu_store_f64 will round it. */
+static double round_to(tpu_dtype dt, double v) {
+    switch (dt) {
+    case TPU_F32: return (float)v;
+    case TPU_F16: return tpu_f16_to_f32(tpu_f32_to_f16((float)v));
+    case TPU_BF16: return tpu_bf16_to_f32(tpu_f32_to_bf16((float)v));
+    default: return v;
+    }
+}
+
+/* The largest value of float dtype dt below x (x representable in dt, finite). */
+static double below(tpu_dtype dt, double x) {
+    switch (dt) {
+    case TPU_F32: return nextafterf((float)x, -INFINITY);
+    case TPU_F16: case TPU_BF16: {
+        uint16_t h = dt == TPU_F16 ? tpu_f32_to_f16((float)x) : tpu_f32_to_bf16((float)x);
+        if ((h & 0x7fffu) == 0) h = 0x8001u;       /* +-0: the negative subnormal nearest 0 */
+        else if (h & 0x8000u) h++;                 /* negative: one step away from 0 */
+        else h--;                                  /* positive: one step towards 0 */
+        return dt == TPU_F16 ? tpu_f16_to_f32(h) : tpu_bf16_to_f32(h);
+    }
+    default: return nextafter(x, -INFINITY);
+    }
+}
+
+/* A uniform draw u in [0, 1) mapped to [from, to) of dtype dt. */
+static double uniform_in(tpu_dtype dt, double from, double to, double u) {
+    from = round_to(dt, from);
+    to = round_to(dt, to);
+    double v = round_to(dt, from + u * (to - from));
+    if (v >= to) {
+        v = below(dt, to);
+        if (v < from) v = from;                   /* from == to: the only value there is */
+    }
+    return v;
+}
+
+/* Draws of random_ over [i2, i3), or [i2, i3] when i4 != 0 (ranges that end
+ * at INT64_MAX; [INT64_MIN, INT64_MAX] is all 2^64 values). */
+static uint64_t int_range(const tpu_params *p) {
+    return (uint64_t)p->i[3] - (uint64_t)p->i[2] + (p->i[4] ? 1u : 0u);   /* 0: 2^64 */
+}
+
+static double unit_from(const uint32_t *w, bool f64) {
+    if (f64) return tpu_u64_to_unit_double(((uint64_t)w[1] << 32) | w[0]);
+    return tpu_u32_to_unit_float(w[0]);
+}
+
+void tpu_random_element(const tpu_kargs *a, int64_t i, tpu_rand_cache *cache, double p_override, double *fv, int64_t *iv) {
+    int wpe = words_per_elem(a);
+    uint64_t word = (uint64_t)i * (uint64_t)wpe, g = word / 4;
+    if (!cache->valid || cache->g != g) {
+        tpu_philox_block((uint64_t)a->p.i[0], (uint64_t)a->p.i[1], g, cache->w);
+        cache->g = g;
+        cache->valid = true;
+    }
+    const uint32_t *w = cache->w + (word % 4);
+    bool f64 = a->t[0].dtype == TPU_F64;
+    switch (a->op) {
+    case TPU_OP_RAND_UNIFORM:
+        *fv = uniform_in((tpu_dtype)a->t[0].dtype, a->p.f[0], a->p.f[1], unit_from(w, f64));
+        break;
+    case TPU_OP_RAND_NORMAL: {
+        double u1 = 1.0 - unit_from(w, f64), u2 = unit_from(w + (f64 ? 2 : 1), f64);
+        *fv = a->p.f[0] + a->p.f[1] * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+        break;
+    }
+    case TPU_OP_RAND_BERNOULLI:
+        *fv = tpu_u32_to_unit_float(w[0]) < p_override;
+        break;
+    case TPU_OP_RAND_INT: {
+        uint64_t range = int_range(&a->p);
+        uint64_t x = ((uint64_t)w[1] << 32) | w[0];
+        *iv = (int64_t)((uint64_t)a->p.i[2] + (range ? x % range : x));
+        break;
+    }
+    default: break;
+    }
+}
+
+/* Bernoulli with a tensor of probabilities: p read at the same position. */
+static double bern_p(const tpu_kargs *a, const int64_t *idx) {
+    if (a->n < 2) return a->p.f[0];
+    const tpu_tensor *p = &a->t[1];
+    if (p->is_scalar) return p->f;
+    int64_t off = 0;
+    for (int d = 0; d < p->ndim; d++) off += idx[d] * p->strides[d];
+    return tpu_load_f64(tpu_elem_ptr(p, off), (tpu_dtype)p->dtype);
+}
+
+bool tpu_random_store(const tpu_kargs *a, int64_t i, const int64_t *idx, tpu_rand_cache *cache) {
+    const tpu_tensor *o = &a->t[0];
+    int64_t off = 0;
+    for (int d = 0; d < o->ndim; d++) off += idx[d] * o->strides[d];
+    char *dst = tpu_elem_ptr(o, off);
+    double fv = 0, p = a->op == TPU_OP_RAND_BERNOULLI ? bern_p(a, idx) : 0.0;
+    int64_t iv = 0;
+    tpu_random_element(a, i, cache, p, &fv, &iv);
+    if (a->op == TPU_OP_RAND_INT) tpu_store_i64(dst, (tpu_dtype)o->dtype, iv);
+    else tpu_store_f64(dst, (tpu_dtype)o->dtype, fv);
+    return p >= 0 && p <= 1;
+}
+
+tpu_status tpu_random_bad_p(tpu_kargs *a) {
+    return tpu_kernel_fail(a, "bernoulli_: Expected p_in >= 0 && p_in <= 1 to be true, but got false.");
+}
+
+tpu_status tpu_random_check(tpu_kargs *a) {
+    if (a->op == TPU_OP_RAND_INT && (a->p.i[4] ? a->p.i[3] < a->p.i[2] : a->p.i[3] <= a->p.i[2]))
+        return tpu_kernel_fail(a, "random_ expects 'from' to be less than 'to', but got from=%lld >= to=%lld",
+                               (long long)a->p.i[2], (long long)a->p.i[3]);
+    if (a->op == TPU_OP_RAND_BERNOULLI && (a->n < 2 || a->t[1].is_scalar)) {
+        double p = a->n < 2 ? a->p.f[0] : a->t[1].f;
+        if (!(p >= 0 && p <= 1)) return tpu_kernel_fail(a, "bernoulli_ expects p to be in [0, 1], but got p=%g", p);
+    }
+    if (a->op == TPU_OP_RAND_UNIFORM && !(a->p.f[0] <= a->p.f[1]))
+        return tpu_kernel_fail(a, "uniform_ expects to return a [from, to) range, but found from=%g > to=%g",
+                               a->p.f[0], a->p.f[1]);
+    return TPU_OK;
+}
+
+tpu_status tpu_ref_random(tpu_kargs *a) {
+    const tpu_tensor *o = &a->t[0];
+    tpu_status s = tpu_random_check(a);
+    if (s) return s;
+    int64_t n = tpu_tensor_numel(o), idx[TPU_MAX_DIMS];
+    bool ok = true;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t rem = i;
+        for (int d = o->ndim - 1; d >= 0; d--) { idx[d] = rem % o->sizes[d]; rem /= o->sizes[d]; }
+        tpu_rand_cache fresh = { 0 };          /* no reuse: one block per element */
+        ok &= tpu_random_store(a, i, idx, &fresh);
+    }
+    return ok ? TPU_OK : tpu_random_bad_p(a);
+}
