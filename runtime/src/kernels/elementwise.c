@@ -25,6 +25,7 @@
  * Work is split into blocks of EW_GRAIN elements for tpu_parallel_for; a
  * block may start anywhere in a row. */
 #include "kernels/kernels-impl.h"
+#include "kernels/vmath-impl.h"
 #include <math.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -41,7 +42,6 @@
 #define EW_KPDF 0.39894228040143267794      /* 1/sqrt(2*pi) */
 
 /* Math helpers must inline into each ISA clone of the tile functions. */
-#define EW_INLINE static inline __attribute__((always_inline))
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define EW_CLONES TPU_TARGET_CLONES
@@ -127,17 +127,9 @@ static int64_t ew_d2i(double v) {
 
 /* ---- branch-free float helpers (vectorizable) ---- */
 
-EW_INLINE int32_t ew_f2b(float f) { int32_t i; memcpy(&i, &f, 4); return i; }
-EW_INLINE float ew_b2f(int32_t i) { float f; memcpy(&f, &i, 4); return f; }
 EW_INLINE int64_t ew_d2b(double f) { int64_t i; memcpy(&i, &f, 8); return i; }
 EW_INLINE double ew_b2d(int64_t i) { double f; memcpy(&f, &i, 8); return f; }
 
-/* c ? a : b without a branch: FP ops are never speculated by gcc under
- * -ftrapping-math, so a plain ?: on computed values blocks vectorization. */
-EW_INLINE float ew_self(int c, float a, float b) {
-    int32_t m = -(int32_t)c;
-    return ew_b2f((ew_f2b(a) & m) | (ew_f2b(b) & ~m));
-}
 EW_INLINE double ew_seld(int c, double a, double b) {
     int64_t m = -(int64_t)c;
     return ew_b2d((ew_d2b(a) & m) | (ew_d2b(b) & ~m));
@@ -169,31 +161,6 @@ EW_INLINE uint16_t ew_f2h(float f) {
     uint32_t o = ew_selu(x < 0x38800000u, sub, nrm);
     o = ew_selu(x >= 0x47800000u, ew_selu(x > 0x7f800000u, 0x7e00u, 0x7c00u), o);
     return (uint16_t)((sign >> 16) | o);
-}
-
-/* exp: Cephes expf polynomial, 2^n applied in two steps so results that
- * become subnormal are rounded once. About 1 ulp. */
-EW_INLINE float ew_expf(float x) {
-    float xc = ew_self(x > 100.0f, 100.0f, x);
-    xc = ew_self(xc < -110.0f, -110.0f, xc);
-    xc = ew_self(x != x, 0.0f, xc);
-    float t = xc * 1.44269504088896341f;
-    float n = (t + 12582912.0f) - 12582912.0f;
-    float r = xc - n * 0.693359375f;
-    r = r - n * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    float y = p * r * r + r + 1.0f;
-    int32_t ni = (int32_t)n;
-    int32_t n1 = ni >> 1, n2 = ni - n1;
-    y = y * ew_b2f((n1 + 127) << 23) * ew_b2f((n2 + 127) << 23);
-    y = ew_self(x > 88.72283935546875f, INFINITY, y);
-    y = ew_self(x < -103.97208404541015625f, 0.0f, y);
-    return ew_self(x != x, x, y);
 }
 
 /* expm1: Taylor series near 0 (where exp(x) - 1 cancels), else exp(x) - 1. */
@@ -246,21 +213,6 @@ EW_INLINE float ew_log1pf(float x) {
     float r = ew_logf(u) * (x / d);
     r = ew_self(d == 0.0f, x, r);
     return ew_self(u == INFINITY, u, r);
-}
-
-/* tanh: Cephes odd polynomial for |x| < 0.625, else 1 - 2 / (exp(2|x|) + 1). */
-EW_INLINE float ew_tanhf(float x) {
-    float z = x * x;
-    float ps = -5.70498872745e-3f;
-    ps = ps * z + 2.06390887954e-2f;
-    ps = ps * z - 5.37397155531e-2f;
-    ps = ps * z + 1.33314422036e-1f;
-    ps = ps * z - 3.33332819422e-1f;
-    ps = ps * z * x + x;
-    float ax = fabsf(x);
-    float e = ew_expf(ax + ax);
-    float pl = copysignf(1.0f - 2.0f / (e + 1.0f), x);
-    return ew_self(ax < 0.625f, ps, pl);
 }
 
 /* erf for GELU: Abramowitz-Stegun 7.1.26 (|error| < 1.5e-7), the formula

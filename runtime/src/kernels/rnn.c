@@ -22,9 +22,10 @@
  * cost: 16 hidden columns or fewer run on one worker, whatever B.
  *
  * Compute domains: float32 / bfloat16 / float16 compute in float with the
- * branch-free exp below (about 1 ulp, vectorizable; PyTorch uses Sleef),
+ * branch-free exp of vmath-impl.h (about 1 ulp, vectorizable; PyTorch uses Sleef),
  * float64 in double with libm. Bias sums accumulate in double. */
 #include "kernels/kernels-impl.h"
+#include "kernels/vmath-impl.h"
 #include <math.h>
 #include <stdbool.h>
 #include <string.h>
@@ -42,64 +43,12 @@
 
 /* ---- float math (vectorizable: selects through bit masks, no calls) ---- */
 
-RNN_INLINE int32_t rnn_f2b(float f) { int32_t i; memcpy(&i, &f, 4); return i; }
-RNN_INLINE float rnn_b2f(int32_t i) { float f; memcpy(&f, &i, 4); return f; }
-RNN_INLINE float rnn_sel(int c, float a, float b)
-{
-    int32_t m = -(int32_t)c;
-    return rnn_b2f((rnn_f2b(a) & m) | (rnn_f2b(b) & ~m));
-}
-
-/* exp(x) for x in any range: Cephes' degree-5 polynomial on x - n*ln2 with
- * n = round(x/ln2) taken from the bits of a magic-number sum (no float ->
- * int conversion, so NaN is safe); 2^n is applied in two halves so that
- * results near the ends of the range neither overflow early nor flush. */
-RNN_INLINE float rnn_expf(float x)
-{
-    float xc = rnn_sel(x > 100.0f, 100.0f, x);
-    xc = rnn_sel(xc < -110.0f, -110.0f, xc);
-    xc = rnn_sel(x != x, 0.0f, xc);
-    float t = xc * 1.44269504088896341f + 12582912.0f;
-    float n = t - 12582912.0f;
-    int32_t ni = rnn_f2b(t) - rnn_f2b(12582912.0f);
-    float r = xc - n * 0.693359375f;
-    r = r - n * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    float y = p * r * r + r + 1.0f;
-    int32_t n1 = ni >> 1, n2 = ni - n1;
-    y = y * rnn_b2f((n1 + 127) << 23) * rnn_b2f((n2 + 127) << 23);
-    y = rnn_sel(x > 88.72283935546875f, INFINITY, y);
-    y = rnn_sel(x < -103.97208404541015625f, 0.0f, y);
-    return rnn_sel(x != x, x, y);
-}
-
-RNN_INLINE float rnn_sigmoidf(float x) { return 1.0f / (1.0f + rnn_expf(-x)); }
-
-/* tanh: odd polynomial for |x| < 0.625 (where 1 - 2/(e^2x + 1) cancels), else from exp. */
-RNN_INLINE float rnn_tanhf(float x)
-{
-    float z = x * x;
-    float ps = -5.70498872745e-3f;
-    ps = ps * z + 2.06390887954e-2f;
-    ps = ps * z - 5.37397155531e-2f;
-    ps = ps * z + 1.33314422036e-1f;
-    ps = ps * z - 3.33332819422e-1f;
-    ps = ps * z * x + x;
-    float ax = fabsf(x);
-    float e = rnn_expf(ax + ax);
-    float pl = copysignf(1.0f - 2.0f / (e + 1.0f), x);
-    return rnn_sel(ax < 0.625f, ps, pl);
-}
+RNN_INLINE float rnn_sigmoidf(float x) { return 1.0f / (1.0f + ew_expf(-x)); }
 
 RNN_INLINE double rnn_sigmoidd(double x) { return 1.0 / (1.0 + exp(-x)); }
 
 #define RNN_SIG(x) _Generic((x), float: rnn_sigmoidf, double: rnn_sigmoidd)(x)
-#define RNN_TANH(x) _Generic((x), float: rnn_tanhf, double: tanh)(x)
+#define RNN_TANH(x) _Generic((x), float: ew_tanhf, double: tanh)(x)
 
 /* ---- the cells over one block of RNN_BLK columns ----
  * Block buffers hold gate k at [k*RNN_BLK, (k+1)*RNN_BLK); panel buffers
