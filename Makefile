@@ -10,7 +10,7 @@ export CCACHE_BASEDIR := $(CURDIR)
 export CCACHE_NOHASHDIR := 1
 RT_SRC  := $(wildcard $(addsuffix /*.c,$(RT_FLOORS)))
 RT_HDR  := $(wildcard runtime/include/tpu/*.h runtime/include/tpu/*.def runtime/src/*/*.h)
-CFLAGS_RT := -std=c11 -Wall -Wextra -Wno-unused-parameter -fPIC -pthread -Iruntime/include -Iruntime/src
+CFLAGS_RT := -std=c11 -Wall -Wextra -Wno-unused-parameter -fno-math-errno -fPIC -pthread -Iruntime/include -Iruntime/src
 OPT     := -O2 -g
 SAN     := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 TSAN    := -O1 -g -fsanitize=thread

@@ -164,9 +164,7 @@ static at::Tensor& arange_out(const c10::Scalar& start, const c10::Scalar& end, 
   }
   at::native::resize_output(out, {n});
   if (n == 0) return out;
-  tpu_params p{};
-  p.f[0] = xs;
-  p.f[1] = st;
+  tpu_params p = TPU_PARAMS(ARANGE, .start = xs, .step = st);
   p.compute_dtype = to_tpu_dtype(out.scalar_type());
   tpu_tensor t = desc(out);
   submit(TPU_OP_ARANGE, &t, 1, p);
@@ -178,9 +176,7 @@ static at::Tensor& linspace_out(const c10::Scalar& start, const c10::Scalar& end
   at::native::resize_output(out, {steps});
   if (steps == 0) return out;
   double a = start.toDouble(), b = end.toDouble();
-  tpu_params p{};
-  p.f[0] = a;
-  p.f[1] = steps > 1 ? (b - a) / double(steps - 1) : 0.0;
+  tpu_params p = TPU_PARAMS(ARANGE, .start = a, .step = steps > 1 ? (b - a) / double(steps - 1) : 0.0);
   p.compute_dtype = to_tpu_dtype(out.scalar_type());
   tpu_tensor t = desc(out);
   submit(TPU_OP_ARANGE, &t, 1, p);

@@ -54,12 +54,9 @@ static void check_mm(const at::Tensor& a, const at::Tensor& b, const char* name)
 static void gemm(const at::Tensor& out, tpu_tensor o, tpu_tensor a, tpu_tensor b, const at::Tensor* c, tpu_tensor cd,
                  double alpha, double beta) {
   if (out.numel() == 0) return;
-  tpu_params p{};
-  p.f[0] = alpha;
-  p.f[1] = beta;
-  p.i[0] = matmul_precision();
   tpu_tensor ts[4] = {o, a, b, cd};
-  submit(TPU_OP_MATMUL, ts, (c && beta != 0.0) ? 4 : 3, p);
+  submit(TPU_OP_MATMUL, ts, (c && beta != 0.0) ? 4 : 3,
+         TPU_PARAMS(MATMUL, .alpha = alpha, .beta = beta, .precision = matmul_precision()));
 }
 
 static at::Tensor& mm_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
@@ -124,10 +121,8 @@ static at::Tensor dot(const at::Tensor& a, const at::Tensor& b) {
 static at::Tensor& softmax_like(tpu_op op, const at::Tensor& x, int64_t dim, at::Tensor& out) {
   at::native::resize_output(out, x.sizes());
   if (out.numel() == 0) return out;
-  tpu_params p{};
-  p.i[0] = at::maybe_wrap_dim(dim, std::max<int64_t>(x.dim(), 1));
   tpu_tensor ts[2] = {desc1d(out), desc1d(x)};
-  submit(op, ts, 2, p);
+  submit(op, ts, 2, TPU_PARAMS(SOFTMAX, .dim = at::maybe_wrap_dim(dim, std::max<int64_t>(x.dim(), 1))));   // LOG_SOFTMAX packs the same
   return out;
 }
 static at::Tensor& softmax_out(const at::Tensor& x, int64_t dim, bool half_to_float, at::Tensor& out) {
@@ -141,10 +136,8 @@ static at::Tensor& log_softmax_out(const at::Tensor& x, int64_t dim, bool half_t
 static at::Tensor& softmax_bwd(tpu_op op, const at::Tensor& g, const at::Tensor& y, int64_t dim, at::Tensor& out) {
   at::native::resize_output(out, g.sizes());
   if (out.numel() == 0) return out;
-  tpu_params p{};
-  p.i[0] = at::maybe_wrap_dim(dim, std::max<int64_t>(g.dim(), 1));
   tpu_tensor ts[3] = {desc1d(out), desc1d(g), desc1d(y)};
-  submit(op, ts, 3, p);
+  submit(op, ts, 3, TPU_PARAMS(SOFTMAX_BWD, .dim = at::maybe_wrap_dim(dim, std::max<int64_t>(g.dim(), 1))));   // LOG_SOFTMAX_BWD packs the same
   return out;
 }
 static at::Tensor& softmax_backward_out(const at::Tensor& g, const at::Tensor& y, int64_t dim, c10::ScalarType,
@@ -167,12 +160,9 @@ static std::tuple<at::Tensor&, at::Tensor&> nll_loss_forward_out(const at::Tenso
   if (reduction == 0 && self.dim() == 2) at::native::resize_output(output, {self.size(0)});
   else at::native::resize_output(output, {});
   at::native::resize_output(total_weight, {});
-  tpu_params p{};
-  p.i[0] = reduction;
-  p.i[1] = ignore_index;
   bool hw = weight.has_value() && weight->defined();
   tpu_tensor ts[5] = {desc(output), desc(total_weight), desc(self), desc(target), hw ? desc(*weight) : tpu_tensor{}};
-  submit(TPU_OP_NLL_LOSS, ts, hw ? 5 : 4, p);
+  submit(TPU_OP_NLL_LOSS, ts, hw ? 5 : 4, TPU_PARAMS(NLL_LOSS, .reduction = reduction, .ignore_index = ignore_index));
   return {output, total_weight};
 }
 static at::Tensor& nll_loss_backward_out(const at::Tensor& grad_output, const at::Tensor& self, const at::Tensor& target,
@@ -180,12 +170,9 @@ static at::Tensor& nll_loss_backward_out(const at::Tensor& grad_output, const at
     at::Tensor& grad_input) {
   at::native::resize_output(grad_input, self.sizes());
   if (grad_input.numel() == 0) return grad_input;
-  tpu_params p{};
-  p.i[0] = reduction;
-  p.i[1] = ignore_index;
   bool hw = weight.has_value() && weight->defined();
   tpu_tensor ts[5] = {desc(grad_input), desc(grad_output), desc(target), desc(total_weight), hw ? desc(*weight) : tpu_tensor{}};
-  submit(TPU_OP_NLL_LOSS_BWD, ts, hw ? 5 : 4, p);
+  submit(TPU_OP_NLL_LOSS_BWD, ts, hw ? 5 : 4, TPU_PARAMS(NLL_LOSS_BWD, .reduction = reduction, .ignore_index = ignore_index));
   return grad_input;
 }
 
@@ -205,18 +192,13 @@ static std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm(const at
   auto mean = at::empty(sshape, x.options());
   auto rstd = at::empty(sshape, x.options());
   if (x.numel() == 0) return {y, mean, rstd};
-  tpu_params p{};
-  p.i[0] = M;
-  p.i[1] = hw;
-  p.i[2] = hb;
-  p.f[0] = eps;
   tpu_tensor ts[6];
   int n = 0;
   ts[n++] = desc(y); ts[n++] = desc(mean); ts[n++] = desc(rstd); ts[n++] = desc(x);
   at::Tensor wc, bc;
   if (hw) { wc = w->contiguous(); ts[n++] = desc(wc); }
   if (hb) { bc = b->contiguous(); ts[n++] = desc(bc); }
-  submit(TPU_OP_LAYER_NORM, ts, n, p);
+  submit(TPU_OP_LAYER_NORM, ts, n, TPU_PARAMS(LAYER_NORM, .cols = M, .has_weight = hw, .has_bias = hb, .eps = eps));
   return {y, mean, rstd};
 }
 
@@ -234,15 +216,13 @@ static std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm_backward
     if (db.defined()) db.zero_();
     return {dx, dw, db};
   }
-  tpu_params p{};
-  p.i[0] = M;
   tpu_tensor none = tpu_tensor_scalar_f(0, TPU_F32);
   at::Tensor gc = g.contiguous(), xc = x.contiguous(), wc;
   tpu_tensor ts[8] = {dx.defined() ? desc(dx) : none, dw.defined() ? desc(dw) : none, db.defined() ? desc(db) : none,
                       desc(gc), desc(xc), desc(mean.contiguous()), desc(rstd.contiguous()), {}};
   int n = 7;
   if (hw) { wc = w->contiguous(); ts[n++] = desc(wc); }
-  submit(TPU_OP_LAYER_NORM_BWD, ts, n, p);
+  submit(TPU_OP_LAYER_NORM_BWD, ts, n, TPU_PARAMS(LAYER_NORM_BWD, .cols = M));
   return {dx, dw, db};
 }
 
@@ -267,10 +247,8 @@ static at::Tensor& index_select_out(const at::Tensor& self, int64_t dim, const a
   else TORCH_CHECK(index.numel() == 1, "index_select(): Index to scalar can have only 1 value, got ", index.numel(), " value(s)");
   at::native::resize_output(out, shape);
   if (out.numel() == 0) return out;
-  tpu_params p{};
-  p.i[0] = d;
   tpu_tensor ts[3] = {desc1d(out), desc1d(self), desc1d(index)};
-  submit(TPU_OP_INDEX_SELECT, ts, 3, p);
+  submit(TPU_OP_INDEX_SELECT, ts, 3, TPU_PARAMS(INDEX_SELECT, .dim = d));
   return out;
 }
 static at::Tensor index_select(const at::Tensor& self, int64_t dim, const at::Tensor& index) {
@@ -281,10 +259,8 @@ static at::Tensor& gather_out(const at::Tensor& self, int64_t dim, const at::Ten
   check_index(index, "gather", true);
   at::native::resize_output(out, index.sizes());
   if (out.numel() == 0) return out;
-  tpu_params p{};
-  p.i[0] = at::maybe_wrap_dim(dim, std::max<int64_t>(self.dim(), 1));
   tpu_tensor ts[3] = {desc1d(out), desc1d(self), desc1d(index)};
-  submit(TPU_OP_GATHER, ts, 3, p);
+  submit(TPU_OP_GATHER, ts, 3, TPU_PARAMS(GATHER, .dim = at::maybe_wrap_dim(dim, std::max<int64_t>(self.dim(), 1))));
   return out;
 }
 static at::Tensor& scatter_add_out(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src,
@@ -295,10 +271,8 @@ static at::Tensor& scatter_add_out(const at::Tensor& self, int64_t dim, const at
     device_copy(out, self);
   }
   if (index.numel() == 0) return out;
-  tpu_params p{};
-  p.i[0] = at::maybe_wrap_dim(dim, std::max<int64_t>(self.dim(), 1));
   tpu_tensor ts[3] = {desc1d(out), desc1d(index), desc1d(src)};
-  submit(TPU_OP_SCATTER_ADD, ts, 3, p);
+  submit(TPU_OP_SCATTER_ADD, ts, 3, TPU_PARAMS(SCATTER_ADD, .dim = at::maybe_wrap_dim(dim, std::max<int64_t>(self.dim(), 1))));
   return out;
 }
 static at::Tensor& index_add_out(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src,
@@ -309,11 +283,8 @@ static at::Tensor& index_add_out(const at::Tensor& self, int64_t dim, const at::
     device_copy(out, self);
   }
   if (index.numel() == 0) return out;
-  tpu_params p{};
-  p.i[0] = at::maybe_wrap_dim(dim, std::max<int64_t>(self.dim(), 1));
-  p.f[0] = alpha.toDouble();
   tpu_tensor ts[3] = {desc1d(out), desc1d(index), desc1d(src)};
-  submit(TPU_OP_INDEX_ADD, ts, 3, p);
+  submit(TPU_OP_INDEX_ADD, ts, 3, TPU_PARAMS(INDEX_ADD, .dim = at::maybe_wrap_dim(dim, std::max<int64_t>(self.dim(), 1)), .alpha = alpha.toDouble()));
   return out;
 }
 static at::Tensor embedding_dense_backward(const at::Tensor& grad, const at::Tensor& indices, int64_t num_weights,
@@ -349,14 +320,13 @@ static int float_digits(c10::ScalarType st) {
   }
 }
 
-// Empty tensors are launched too: the runtime's dtype check raises for any size, as PyTorch does.
-static void rand_fill(tpu_op op, const at::Tensor& self, std::optional<at::Generator> gen, tpu_params p,
-                      const at::Tensor* prob = nullptr) {
-  if (self.numel() > 0) {
-    auto [seed, off] = philox_next(gen, self.device().index());
-    p.i[0] = static_cast<int64_t>(seed);
-    p.i[1] = static_cast<int64_t>(off);
-  }
+// Empty tensors are launched too (seed and offset 0): the runtime's dtype check raises for any size, as PyTorch does.
+static std::pair<int64_t, int64_t> rand_seed(const at::Tensor& self, const std::optional<at::Generator>& gen) {
+  if (self.numel() == 0) return {0, 0};
+  auto [seed, off] = philox_next(gen, self.device().index());
+  return {static_cast<int64_t>(seed), static_cast<int64_t>(off)};
+}
+static void rand_fill(tpu_op op, const at::Tensor& self, const tpu_params& p, const at::Tensor* prob = nullptr) {
   tpu_tensor ts[2] = {desc(self), prob ? operand(*prob, self, kFloat) : tpu_tensor{}};
   submit(op, ts, prob ? 2 : 1, p);
 }
@@ -369,29 +339,25 @@ static at::Tensor& uniform_(at::Tensor& self, double from, double to, std::optio
     TORCH_CHECK(to - from <= mx, "uniform_ expects to-from <= std::numeric_limits<", self.scalar_type(),
                 ">::max(), but found to=", to, " and from=", from, " which result in to-from to exceed the limit");
   }
-  tpu_params p{};
-  p.f[0] = from;
-  p.f[1] = to;
-  rand_fill(TPU_OP_RAND_UNIFORM, self, gen, p);
+  auto [seed, off] = rand_seed(self, gen);
+  rand_fill(TPU_OP_RAND_UNIFORM, self, TPU_PARAMS(RAND_UNIFORM, .seed = seed, .offset = off, .from = from, .to = to));
   return self;
 }
 static at::Tensor& normal_(at::Tensor& self, double mean, double std, std::optional<at::Generator> gen) {
   TORCH_CHECK(std >= 0.0, "normal expects std >= 0.0, but found std ", std);
-  tpu_params p{};
-  p.f[0] = mean;
-  p.f[1] = std;
-  rand_fill(TPU_OP_RAND_NORMAL, self, gen, p);
+  auto [seed, off] = rand_seed(self, gen);
+  rand_fill(TPU_OP_RAND_NORMAL, self, TPU_PARAMS(RAND_NORMAL, .seed = seed, .offset = off, .mean = mean, .std = std));
   return self;
 }
 static at::Tensor& bernoulli_f(at::Tensor& self, double prob, std::optional<at::Generator> gen) {
   TORCH_CHECK(0 <= prob && prob <= 1, "bernoulli_ expects p to be in [0, 1], but got p=", prob);
-  tpu_params p{};
-  p.f[0] = prob;
-  rand_fill(TPU_OP_RAND_BERNOULLI, self, gen, p);
+  auto [seed, off] = rand_seed(self, gen);
+  rand_fill(TPU_OP_RAND_BERNOULLI, self, TPU_PARAMS(RAND_BERNOULLI, .seed = seed, .offset = off, .p = prob));
   return self;
 }
 static at::Tensor& bernoulli_t(at::Tensor& self, const at::Tensor& prob, std::optional<at::Generator> gen) {
-  rand_fill(TPU_OP_RAND_BERNOULLI, self, gen, {}, &prob);
+  auto [seed, off] = rand_seed(self, gen);
+  rand_fill(TPU_OP_RAND_BERNOULLI, self, TPU_PARAMS(RAND_BERNOULLI, .seed = seed, .offset = off), &prob);
   return self;
 }
 // The largest value random_ draws without `to`: 2^digits for floating dtypes, the dtype's max otherwise.
@@ -428,27 +394,27 @@ static void check_random_range(const at::Tensor& self, int64_t from, int64_t to_
 }
 static at::Tensor& random_from(at::Tensor& self, int64_t from, std::optional<int64_t> to, std::optional<at::Generator> gen) {
   auto st = self.scalar_type();
-  tpu_params p{};
-  p.i[2] = from;
+  int64_t high = 0, inclusive = 0;
   if (to) {                                          // [from, to)
     TORCH_CHECK(from < *to, "random_ expects 'from' to be less than 'to', but got from=", from, " >= to=", *to);
     check_random_range(self, from, *to - 1);
-    p.i[3] = *to;
+    high = *to;
   } else if (from != std::numeric_limits<int64_t>::lowest()) {   // [from, random_max]
     int64_t to_inc = random_max(st);
     if (isFloatingType(st))
       TORCH_CHECK(from < to_inc, "random_ expects 'from' casted to dtype to be less than or equal to 'to_inc' casted "
                   "to dtype, but got from=", from, " > to_inc=", to_inc);
     check_random_range(self, from, to_inc);
-    p.i[3] = to_inc;
-    p.i[4] = 1;
+    high = to_inc;
+    inclusive = 1;
   } else {                                           // all 2^64 values
     TORCH_CHECK(st == kLong || st == kDouble || st == kFloat || st == kBFloat16,
                 "random_full_64_bits_range_kernel handles only int64, double, float and bfloat16");
-    p.i[3] = std::numeric_limits<int64_t>::max();
-    p.i[4] = 1;
+    high = std::numeric_limits<int64_t>::max();
+    inclusive = 1;
   }
-  rand_fill(TPU_OP_RAND_INT, self, gen, p);
+  auto [seed, off] = rand_seed(self, gen);
+  rand_fill(TPU_OP_RAND_INT, self, TPU_PARAMS(RAND_INT, .seed = seed, .offset = off, .low = from, .high = high, .inclusive = inclusive));
   return self;
 }
 static at::Tensor& random_to(at::Tensor& self, int64_t to, std::optional<at::Generator> gen) { return random_from(self, 0, to, gen); }
@@ -487,15 +453,14 @@ static int64_t pack2(int64_t h, int64_t w) {
 }
 static int64_t at2(c10::IntArrayRef v, size_t i, int64_t dflt) { return v.empty() ? dflt : v[v.size() == 1 ? 0 : i]; }
 
-// Window parameters (kh, kw, stride, padding, dilation) in the runtime's packed form.
+// Window parameters (kh, kw, stride, padding, dilation) in the runtime's packed form
+// (IM2COL, COL2IM and MAXPOOL2D pack the same; MAXPOOL2D_BWD's kernel reads them too).
 static tpu_params win_params(int64_t kh, int64_t kw, c10::IntArrayRef st, c10::IntArrayRef pad, c10::IntArrayRef dil,
                              bool one_d) {
-  tpu_params p{};
-  p.i[0] = pack2(kh, kw);
-  p.i[1] = one_d ? pack2(1, at2(st, 0, 1)) : pack2(at2(st, 0, 1), at2(st, 1, 1));
-  p.i[2] = one_d ? pack2(0, at2(pad, 0, 0)) : pack2(at2(pad, 0, 0), at2(pad, 1, 0));
-  p.i[3] = one_d ? pack2(1, at2(dil, 0, 1)) : pack2(at2(dil, 0, 1), at2(dil, 1, 1));
-  return p;
+  return TPU_PARAMS(IM2COL, .kernel = pack2(kh, kw),
+                    .stride = one_d ? pack2(1, at2(st, 0, 1)) : pack2(at2(st, 0, 1), at2(st, 1, 1)),
+                    .padding = one_d ? pack2(0, at2(pad, 0, 0)) : pack2(at2(pad, 0, 0), at2(pad, 1, 0)),
+                    .dilation = one_d ? pack2(1, at2(dil, 0, 1)) : pack2(at2(dil, 0, 1), at2(dil, 1, 1)));
 }
 static int64_t conv_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) { return (in + 2 * p - d * (k - 1) - 1) / s + 1; }
 
@@ -529,8 +494,9 @@ static at::Tensor convolution(const at::Tensor& input_, const at::Tensor& weight
               "Given groups=", groups, ", weight of size ", weight_.sizes(), ", expected input", input_.sizes(),
               " to have ", w.size(1) * groups, " channels, but got ", C, " channels instead");
   tpu_params p = win_params(kh, kw, stride, padding, dilation, one_d);
-  const int64_t sh = p.i[1] & 0xffff, sw = p.i[1] >> 16, ph = p.i[2] & 0xffff, pw = p.i[2] >> 16;
-  const int64_t dh = p.i[3] & 0xffff, dw = p.i[3] >> 16;
+  const tpu_args_IM2COL win = tpu_unpack_IM2COL(&p);
+  const int64_t sh = win.stride & 0xffff, sw = win.stride >> 16, ph = win.padding & 0xffff, pw = win.padding >> 16;
+  const int64_t dh = win.dilation & 0xffff, dw = win.dilation >> 16;
   const int64_t OH = conv_out(x.size(2), kh, sh, ph, dh), OW = conv_out(x.size(3), kw, sw, pw, dw);
   TORCH_CHECK(OH > 0 && OW > 0, "Calculated output size is too small for the input size ", input_.sizes());
   const int64_t G = groups, Cg = C / G, Og = O / G, K = Cg * kh * kw, L = OH * OW;
@@ -619,7 +585,9 @@ static std::tuple<at::Tensor, at::Tensor> max_pool2d_with_indices(const at::Tens
   int64_t kh = ks[0], kw = ks.size() == 2 ? ks[1] : ks[0];
   c10::IntArrayRef st = stride.empty() ? ks : stride;
   tpu_params p = win_params(kh, kw, st, padding, dilation, false);
-  int64_t sh = p.i[1] & 0xffff, sw = p.i[1] >> 16, ph = p.i[2] & 0xffff, pw = p.i[2] >> 16, dh = p.i[3] & 0xffff, dw = p.i[3] >> 16;
+  tpu_args_MAXPOOL2D win = tpu_unpack_MAXPOOL2D(&p);
+  int64_t sh = win.stride & 0xffff, sw = win.stride >> 16, ph = win.padding & 0xffff, pw = win.padding >> 16;
+  int64_t dh = win.dilation & 0xffff, dw = win.dilation >> 16;
   TORCH_CHECK(ph <= kh / 2 && pw <= kw / 2, "pad should be at most half of effective kernel size, but got pad=", ph,
               ", kernel_size=", kh, " and dilation=", dh);
   int64_t OH = pool_out(x.size(2), kh, sh, ph, dh, ceil_mode), OW = pool_out(x.size(3), kw, sw, pw, dw, ceil_mode);

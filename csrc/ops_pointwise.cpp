@@ -150,9 +150,7 @@ static at::Tensor& logical_not_out(const at::Tensor& self, at::Tensor& out) {
 }
 
 static at::Tensor& gelu_out(const at::Tensor& self, c10::string_view approximate, at::Tensor& out) {
-  tpu_params p{};
-  p.i[0] = approximate == "tanh" ? 1 : 0;
-  return ew_out(TPU_OP_GELU, out, {self}, self.scalar_type(), p);
+  return ew_out(approximate == "tanh" ? TPU_OP_GELU_TANH : TPU_OP_GELU, out, {self}, self.scalar_type());
 }
 
 static at::Tensor isnan(const at::Tensor& self) {
@@ -167,10 +165,8 @@ static at::Tensor& tri_out(tpu_op op, const at::Tensor& self, int64_t diag, at::
   if (out.numel() == 0) return out;
   at::Tensor src = self;
   if (out.scalar_type() != self.scalar_type()) { src = at::empty(self.sizes(), out.options()); device_copy(src, self); }
-  tpu_params p{};
-  p.i[0] = diag;
   tpu_tensor ts[2] = {desc(out), desc(src)};
-  submit(op, ts, 2, p);
+  submit(op, ts, 2, TPU_PARAMS(TRIL, .diagonal = diag));   // TRIU packs the same
   return out;
 }
 static at::Tensor& tril_out(const at::Tensor& self, int64_t diag, at::Tensor& out) { return tri_out(TPU_OP_TRIL, self, diag, out); }
@@ -195,12 +191,7 @@ static at::Tensor& hardtanh_out(const at::Tensor& self, const c10::Scalar& mn, c
   TORCH_CHECK(self.scalar_type() != kBool, "Bool inputs not supported for hardtanh");
   TORCH_CHECK(self.scalar_type() != kByte || (mn.toLong() >= 0 && mx.toLong() >= 0),
               "cannot do hardtanh on an unsigned type with negative limits");
-  tpu_params p{};
-  p.i[0] = 1;
-  p.i[1] = 1;
-  p.f[0] = mn.toDouble();
-  p.f[1] = mx.toDouble();
-  return ew_out(TPU_OP_CLAMP, out, {self}, self.scalar_type(), p);
+  return ew_out(TPU_OP_CLAMP, out, {self}, self.scalar_type(), TPU_PARAMS(CLAMP, .min = mn.toDouble(), .max = mx.toDouble()));
 }
 static at::Tensor hardtanh(const at::Tensor& self, const c10::Scalar& mn, const c10::Scalar& mx) {
   auto out = at::empty({0}, self.options());
@@ -223,38 +214,28 @@ static at::Tensor& relu_(at::Tensor& self) {
 }
 
 static at::Tensor& leaky_relu_out(const at::Tensor& self, const c10::Scalar& slope, at::Tensor& out) {
-  tpu_params p{};
-  p.f[0] = slope.toDouble();
-  return ew_out(TPU_OP_LEAKY_RELU, out, {self}, self.scalar_type(), p);
+  return ew_out(TPU_OP_LEAKY_RELU, out, {self}, self.scalar_type(), TPU_PARAMS(LEAKY_RELU, .negative_slope = slope.toDouble()));
 }
 
 static at::Tensor& softplus_out(const at::Tensor& self, const c10::Scalar& beta, const c10::Scalar& th, at::Tensor& out) {
-  tpu_params p{};
-  p.f[0] = beta.toDouble();
-  p.f[1] = th.toDouble();
-  return ew_out(TPU_OP_SOFTPLUS, out, {self}, self.scalar_type(), p);
+  return ew_out(TPU_OP_SOFTPLUS, out, {self}, self.scalar_type(),
+                TPU_PARAMS(SOFTPLUS, .beta = beta.toDouble(), .threshold = th.toDouble()));
 }
 
 static at::Tensor& elu_out(const at::Tensor& self, const c10::Scalar& alpha, const c10::Scalar& scale,
                            const c10::Scalar& iscale, at::Tensor& out) {
-  tpu_params p{};
-  p.f[0] = alpha.toDouble();
-  p.f[1] = scale.toDouble();
-  p.f[2] = iscale.toDouble();
-  return ew_out(TPU_OP_ELU, out, {self}, self.scalar_type(), p);
+  return ew_out(TPU_OP_ELU, out, {self}, self.scalar_type(),
+                TPU_PARAMS(ELU, .alpha = alpha.toDouble(), .scale = scale.toDouble(), .input_scale = iscale.toDouble()));
 }
 
 static at::Tensor& nan_to_num_out(const at::Tensor& self, std::optional<double> nan, std::optional<double> pinf,
                                   std::optional<double> ninf, at::Tensor& out) {
-  tpu_params p{};
   double big = self.scalar_type() == kDouble ? std::numeric_limits<double>::max()
              : self.scalar_type() == kHalf ? 65504.0
              : self.scalar_type() == kBFloat16 ? 3.3895313892515355e38
              : double(std::numeric_limits<float>::max());
-  p.f[0] = nan.value_or(0.0);
-  p.f[1] = pinf.value_or(big);
-  p.f[2] = ninf.value_or(-big);
-  return ew_out(TPU_OP_NAN_TO_NUM, out, {self}, self.scalar_type(), p);
+  return ew_out(TPU_OP_NAN_TO_NUM, out, {self}, self.scalar_type(),
+                TPU_PARAMS(NAN_TO_NUM, .nan = nan.value_or(0.0), .posinf = pinf.value_or(big), .neginf = ninf.value_or(-big)));
 }
 
 // A clamp bound in the compute dtype, converted as CPU converts it (Scalar::to:
@@ -276,12 +257,9 @@ static at::Tensor& clamp_out(const at::Tensor& self, const std::optional<c10::Sc
   c10::ScalarType c = self.scalar_type();
   if (mn) c = at::native::result_type(at::native::update_result_type_state(*mn, at::native::update_result_type_state(self, {})));
   if (mx) c = promoteTypes(c, at::native::result_type(at::native::update_result_type_state(*mx, at::native::update_result_type_state(self, {}))));
-  tpu_params p{};
-  p.i[0] = mn.has_value();
-  p.i[1] = mx.has_value();
-  if (mn) p.f[0] = clamp_bound(*mn, c);
-  if (mx) p.f[1] = clamp_bound(*mx, c);
-  return ew_out(TPU_OP_CLAMP, out, {self}, c, p);
+  const double inf = std::numeric_limits<double>::infinity();   // a missing bound
+  return ew_out(TPU_OP_CLAMP, out, {self}, c,
+                TPU_PARAMS(CLAMP, .min = mn ? clamp_bound(*mn, c) : -inf, .max = mx ? clamp_bound(*mx, c) : inf));
 }
 static at::Tensor& clamp_min_out(const at::Tensor& self, const c10::Scalar& mn, at::Tensor& out) {
   return clamp_out(self, mn, std::nullopt, out);
@@ -305,14 +283,10 @@ static at::Tensor& clamp_max_t_out(const at::Tensor& self, const at::Tensor& mx,
 
 // ---------------------------------------------------------------- binary
 static at::Tensor& add_out(const at::Tensor& a, const at::Tensor& b, const c10::Scalar& alpha, at::Tensor& out) {
-  tpu_params p{};
-  p.f[0] = alpha.toDouble();
-  return ew_out(TPU_OP_ADD, out, {a, b}, std::nullopt, p);
+  return ew_out(TPU_OP_ADD, out, {a, b}, std::nullopt, TPU_PARAMS(ADD, .alpha = alpha.toDouble()));
 }
 static at::Tensor& sub_out(const at::Tensor& a, const at::Tensor& b, const c10::Scalar& alpha, at::Tensor& out) {
-  tpu_params p{};
-  p.f[0] = alpha.toDouble();
-  return ew_out(TPU_OP_SUB, out, {a, b}, std::nullopt, p);
+  return ew_out(TPU_OP_SUB, out, {a, b}, std::nullopt, TPU_PARAMS(SUB, .alpha = alpha.toDouble()));
 }
 static at::Tensor& div_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
   return ew_out(TPU_OP_DIV, out, {a, b}, float_of(common_type({a, b})));
@@ -320,16 +294,20 @@ static at::Tensor& div_out(const at::Tensor& a, const at::Tensor& b, at::Tensor&
 static at::Tensor& div_mode_out(const at::Tensor& a, const at::Tensor& b, std::optional<c10::string_view> mode,
                                 at::Tensor& out) {
   if (!mode) return div_out(a, b, out);
-  tpu_params p{};
   TORCH_CHECK(*mode == "trunc" || *mode == "floor",
               "div expected rounding_mode to be one of None, 'trunc', or 'floor' but found '", *mode, "'");
-  p.i[0] = *mode == "trunc" ? 1 : 2;
-  return ew_out(TPU_OP_DIV, out, {a, b}, std::nullopt, p);
+  return ew_out(*mode == "trunc" ? TPU_OP_DIV_TRUNC : TPU_OP_DIV_FLOOR, out, {a, b});
 }
 static at::Tensor& pow_tt_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
   return ew_out(TPU_OP_POW, out, {a, b});
 }
+// x ** 0.5 and x ** -0.5 are sqrt and rsqrt, as on CPU (they differ from
+// pow() at -0 and -inf) except for float16, which CPU runs through pow();
+// other scalar exponents the kernel strength-reduces.
 static at::Tensor& pow_ts_out(const at::Tensor& a, const c10::Scalar& b, at::Tensor& out) {
+  c10::ScalarType c = at::native::result_type(at::native::update_result_type_state(b, at::native::update_result_type_state(a, {})));
+  if (b.isFloatingPoint() && (b.toDouble() == 0.5 || b.toDouble() == -0.5) && c != kHalf)
+    return ew_out(b.toDouble() == 0.5 ? TPU_OP_SQRT : TPU_OP_RSQRT, out, {a}, c);
   return ew_out(TPU_OP_POW, out, {a, wrap(b)});
 }
 static at::Tensor& pow_st_out(const c10::Scalar& a, const at::Tensor& b, at::Tensor& out) {
@@ -367,20 +345,31 @@ TPU_LOGICAL_OPS(LOGICAL)
 #undef LOGICAL
 #undef COMPARE
 
-static at::Tensor& atan2_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
-  return ew_out(TPU_OP_ATAN2, out, {a, b}, float_of(common_type({a, b})));
+// Binary ops computing in floating point (integers promote to the default dtype).
+#define TPU_BINARY_FLOAT_OPS(X) X(atan2, ATAN2) X(hypot, HYPOT) X(copysign, COPYSIGN) X(logaddexp, LOGADDEXP) X(xlogy, XLOGY)
+#define BINARY_FLOAT(fn, OP)                                                                \
+  static at::Tensor& fn##_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) { \
+    return ew_out(TPU_OP_##OP, out, {a, b}, float_of(common_type({a, b})));               \
+  }
+TPU_BINARY_FLOAT_OPS(BINARY_FLOAT)
+#undef BINARY_FLOAT
+
+static at::Tensor& hardshrink_out(const at::Tensor& self, const c10::Scalar& l, at::Tensor& out) {
+  return ew_out(TPU_OP_HARDSHRINK, out, {self}, self.scalar_type(), TPU_PARAMS(HARDSHRINK, .lambd = l.toDouble()));
+}
+static at::Tensor& softshrink_out(const at::Tensor& self, const c10::Scalar& l, at::Tensor& out) {
+  return ew_out(TPU_OP_SOFTSHRINK, out, {self}, self.scalar_type(), TPU_PARAMS(SOFTSHRINK, .lambd = l.toDouble()));
+}
+static at::Tensor& shrink_backward_out(const at::Tensor& g, const at::Tensor& x, const c10::Scalar& l, at::Tensor& out) {
+  return ew_out(TPU_OP_SHRINK_BWD, out, {g, x}, std::nullopt, TPU_PARAMS(SHRINK_BWD, .lambd = l.toDouble()));
 }
 
 // Activation backward: (grad, x-or-y) -> grad_input
 static at::Tensor& threshold_backward_out(const at::Tensor& g, const at::Tensor& x, const c10::Scalar& th, at::Tensor& out) {
-  tpu_params p{};
-  p.f[0] = th.toDouble();
-  return ew_out(TPU_OP_THRESHOLD_BWD, out, {g, x}, std::nullopt, p);
+  return ew_out(TPU_OP_THRESHOLD_BWD, out, {g, x}, std::nullopt, TPU_PARAMS(THRESHOLD_BWD, .threshold = th.toDouble()));
 }
 static at::Tensor& gelu_backward_out(const at::Tensor& g, const at::Tensor& x, c10::string_view approx, at::Tensor& out) {
-  tpu_params p{};
-  p.i[0] = approx == "tanh" ? 1 : 0;
-  return ew_out(TPU_OP_GELU_BWD, out, {g, x}, std::nullopt, p);
+  return ew_out(approx == "tanh" ? TPU_OP_GELU_TANH_BWD : TPU_OP_GELU_BWD, out, {g, x});
 }
 static at::Tensor& silu_backward_out(const at::Tensor& g, const at::Tensor& x, at::Tensor& out) {
   return ew_out(TPU_OP_SILU_BWD, out, {g, x});
@@ -393,23 +382,18 @@ static at::Tensor& tanh_backward_out(const at::Tensor& g, const at::Tensor& y, a
 }
 static at::Tensor& leaky_relu_backward_out(const at::Tensor& g, const at::Tensor& x, const c10::Scalar& slope,
                                            bool self_is_result, at::Tensor& out) {
-  tpu_params p{};
-  p.f[0] = slope.toDouble();
-  return ew_out(TPU_OP_LEAKY_RELU_BWD, out, {g, x}, std::nullopt, p);
+  return ew_out(TPU_OP_LEAKY_RELU_BWD, out, {g, x}, std::nullopt,
+                TPU_PARAMS(LEAKY_RELU_BWD, .negative_slope = slope.toDouble()));
 }
 static at::Tensor& softplus_backward_out(const at::Tensor& g, const at::Tensor& x, const c10::Scalar& beta,
                                          const c10::Scalar& th, at::Tensor& out) {
-  tpu_params p{};
-  p.f[0] = beta.toDouble();
-  p.f[1] = th.toDouble();
-  return ew_out(TPU_OP_SOFTPLUS_BWD, out, {g, x}, std::nullopt, p);
+  return ew_out(TPU_OP_SOFTPLUS_BWD, out, {g, x}, std::nullopt,
+                TPU_PARAMS(SOFTPLUS_BWD, .beta = beta.toDouble(), .threshold = th.toDouble()));
 }
 static at::Tensor& hardtanh_backward_out(const at::Tensor& g, const at::Tensor& x, const c10::Scalar& mn,
                                          const c10::Scalar& mx, at::Tensor& out) {
-  tpu_params p{};
-  p.f[0] = mn.toDouble();
-  p.f[1] = mx.toDouble();
-  return ew_out(TPU_OP_HARDTANH_BWD, out, {g, x}, std::nullopt, p);
+  return ew_out(TPU_OP_HARDTANH_BWD, out, {g, x}, std::nullopt,
+                TPU_PARAMS(HARDTANH_BWD, .min_val = mn.toDouble(), .max_val = mx.toDouble()));
 }
 static at::Tensor hardtanh_backward(const at::Tensor& g, const at::Tensor& x, const c10::Scalar& mn, const c10::Scalar& mx) {
   auto out = at::empty({0}, g.options());
@@ -419,15 +403,11 @@ static at::Tensor hardtanh_backward(const at::Tensor& g, const at::Tensor& x, co
 // ---------------------------------------------------------------- ternary
 static at::Tensor& addcmul_out(const at::Tensor& s, const at::Tensor& t1, const at::Tensor& t2, const c10::Scalar& v,
                                at::Tensor& out) {
-  tpu_params p{};
-  p.f[0] = v.toDouble();
-  return ew_out(TPU_OP_ADDCMUL, out, {s, t1, t2}, std::nullopt, p);
+  return ew_out(TPU_OP_ADDCMUL, out, {s, t1, t2}, std::nullopt, TPU_PARAMS(ADDCMUL, .value = v.toDouble()));
 }
 static at::Tensor& addcdiv_out(const at::Tensor& s, const at::Tensor& t1, const at::Tensor& t2, const c10::Scalar& v,
                                at::Tensor& out) {
-  tpu_params p{};
-  p.f[0] = v.toDouble();
-  return ew_out(TPU_OP_ADDCDIV, out, {s, t1, t2}, std::nullopt, p);
+  return ew_out(TPU_OP_ADDCDIV, out, {s, t1, t2}, std::nullopt, TPU_PARAMS(ADDCDIV, .value = v.toDouble()));
 }
 static at::Tensor& lerp_s_out(const at::Tensor& s, const at::Tensor& e, const c10::Scalar& w, at::Tensor& out) {
   auto wt = wrap(w);
@@ -542,18 +522,14 @@ static at::Tensor& arg_out(tpu_op op, const at::Tensor& self, std::optional<int6
   if (!dim) {
     at::Tensor flat = self.reshape({-1});
     at::native::resize_output(out, keepdim ? std::vector<int64_t>(self.dim(), 1) : std::vector<int64_t>{});
-    tpu_params p{};
-    p.i[0] = 0;
     tpu_tensor o = desc(out);
     o.ndim = 1; o.sizes[0] = 1; o.strides[0] = 0;
     tpu_tensor ts[2] = {o, desc1d(flat)};
-    submit(op, ts, 2, p);
+    submit(op, ts, 2, TPU_PARAMS(ARGMAX, .dim = 0));   // ARGMIN packs the same
     return out;
   }
   int64_t d = at::maybe_wrap_dim(*dim, std::max<int64_t>(self.dim(), 1));
-  tpu_params p{};
-  p.i[0] = d;
-  return reduce(op, self, at::IntArrayRef(d), keepdim, out, p);
+  return reduce(op, self, at::IntArrayRef(d), keepdim, out, TPU_PARAMS(ARGMAX, .dim = d));
 }
 static at::Tensor& argmax_out(const at::Tensor& self, std::optional<int64_t> dim, bool keepdim, at::Tensor& out) {
   return arg_out(TPU_OP_ARGMAX, self, dim, keepdim, out);
@@ -579,9 +555,7 @@ static at::Tensor var_std(tpu_op op, const at::Tensor& self, at::OptionalIntArra
                           const std::optional<c10::Scalar>& correction, bool keepdim) {
   TORCH_CHECK(isFloatingType(self.scalar_type()), "std and var only support floating point and complex dtypes");
   auto out = at::empty({0}, self.options());
-  tpu_params p{};
-  p.f[0] = correction ? correction->toDouble() : 1.0;
-  return reduce(op, self, dims, keepdim, out, p);
+  return reduce(op, self, dims, keepdim, out, TPU_PARAMS(VAR, .correction = correction ? correction->toDouble() : 1.0));  // STD packs the same
 }
 static at::Tensor var_c(const at::Tensor& self, at::OptionalIntArrayRef dims, const std::optional<c10::Scalar>& c, bool k) {
   return var_std(TPU_OP_VAR, self, dims, c, k);
@@ -605,15 +579,12 @@ static at::Tensor& all_dims_out(const at::Tensor& self, at::OptionalIntArrayRef 
 static at::Tensor& all_all_out(const at::Tensor& self, at::Tensor& out) { return reduce(TPU_OP_ALL, self, std::nullopt, false, out); }
 static at::Tensor& norm_out(const at::Tensor& self, const c10::Scalar& ord, at::OptionalIntArrayRef dims, bool keepdim,
                             std::optional<c10::ScalarType>, at::Tensor& out) {
-  tpu_params p{};
-  p.f[0] = ord.toDouble();
-  return reduce(TPU_OP_NORM, self, dims, keepdim, out, p);
+  return reduce(TPU_OP_NORM, self, dims, keepdim, out, TPU_PARAMS(NORM, .p = ord.toDouble()));
 }
 static at::Tensor& scan_out(tpu_op op, const at::Tensor& self, int64_t dim, at::Tensor& out) {
   at::native::resize_output(out, self.sizes());
   if (out.numel() == 0) return out;
-  tpu_params p{};
-  p.i[0] = at::maybe_wrap_dim(dim, std::max<int64_t>(self.dim(), 1));
+  tpu_params p = TPU_PARAMS(CUMSUM, .dim = at::maybe_wrap_dim(dim, std::max<int64_t>(self.dim(), 1)));  // CUMPROD packs the same
   p.compute_dtype = to_tpu_dtype(out.scalar_type());
   tpu_tensor ts[2] = {desc1d(out), desc1d(self)};
   submit(op, ts, 2, p);
@@ -662,7 +633,12 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("div.out", TORCH_FN(div_out)); m.impl("div.out_mode", TORCH_FN(div_mode_out));
   m.impl("pow.Tensor_Tensor_out", TORCH_FN(pow_tt_out)); m.impl("pow.Tensor_Scalar_out", TORCH_FN(pow_ts_out));
   m.impl("pow.Scalar_out", TORCH_FN(pow_st_out));
-  m.impl("atan2.out", TORCH_FN(atan2_out));
+  m.impl("atan2.out", TORCH_FN(atan2_out)); m.impl("hypot.out", TORCH_FN(hypot_out));
+  m.impl("copysign.out", TORCH_FN(copysign_out)); m.impl("logaddexp.out", TORCH_FN(logaddexp_out));
+  m.impl("xlogy.OutTensor", TORCH_FN(xlogy_out));
+  m.impl("hardshrink.out", TORCH_FN(hardshrink_out)); m.impl("softshrink.out", TORCH_FN(softshrink_out));
+  m.impl("hardshrink_backward.grad_input", TORCH_FN(shrink_backward_out));
+  m.impl("softshrink_backward.grad_input", TORCH_FN(shrink_backward_out));
   // activation backward
   m.impl("threshold_backward.grad_input", TORCH_FN(threshold_backward_out));
   m.impl("gelu_backward.grad_input", TORCH_FN(gelu_backward_out));

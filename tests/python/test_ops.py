@@ -111,6 +111,77 @@ def test_binary_int(dtype):
     check(torch.add, a, b, alpha=3)
 
 
+SPECIALS = [float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 2.5, -2.5, 0.5, 1.5, -1.0, 3.0, 1e-30, 7e30]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_op_variants_on_specials(dtype):
+    """The forms one ATen op maps to (pow's scalar exponents, div's rounding
+    modes, gelu's approximation, clamp's missing bounds) agree with CPU at
+    NaN, +-inf, -0 and huge / tiny values."""
+    x = torch.tensor(SPECIALS, dtype=dtype)
+    y = torch.tensor(SPECIALS[::-1], dtype=dtype)
+    for e in (0.5, -0.5, 2, 3, -1, -2, 1.7, 0, 2.0):
+        check(torch.pow, x, e)
+    check(torch.pow, x, y)
+    check(torch.pow, 2.0, x)
+    for mode in (None, "trunc", "floor"):
+        check(torch.div, x, y, rounding_mode=mode)
+    check(torch.div, x.double(), 0.0, rounding_mode="floor")
+    for approx in ("none", "tanh"):
+        check(F.gelu, x, approximate=approx)
+        xg = x.clone().requires_grad_()
+        xt = x.to("tpu").requires_grad_()
+        F.gelu(xg, approximate=approx).sum().backward()
+        F.gelu(xt, approximate=approx).sum().backward()
+        assert_close(xt.grad, xg.grad)
+    for lo, hi in ((-1.0, None), (None, 0.7), (0.2, 1.0), (1.0, -1.0), (float("nan"), None)):
+        check(torch.clamp, x, lo, hi)
+    check(F.hardtanh, x, -2.0, 2.0)
+    check(torch.nan_to_num, x, 1.0, 5.0, -5.0)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+def test_more_float_ops(dtype):
+    """Ops added by one line of ops.def (and a registration row): forward on
+    specials (64 elements: CPU's vectorized path), backward where defined."""
+    x = torch.tensor(SPECIALS * 5, dtype=dtype)[:64]
+    y = torch.tensor(SPECIALS[::-1] * 5, dtype=dtype)[:64]
+    tol = {"atol": 1e-5, "rtol": 1.6e-2} if dtype in (torch.bfloat16, torch.float16) else {}
+    for fn in (torch.hypot, torch.copysign, torch.logaddexp, torch.xlogy):
+        check(fn, x, y, **tol)
+    check(torch.xlogy, gen(4, 5, dtype=torch.int64, lo=0, hi=4), gen(4, 5, dtype=torch.int64, lo=0, hi=4))
+    for fn in (F.hardshrink, F.softshrink):
+        for lambd in (0.5, 1.5):
+            check(fn, x, lambd)
+            xg, xt = x.clone().requires_grad_(), x.to("tpu").requires_grad_()
+            fn(xg, lambd).sum().backward()
+            fn(xt, lambd).sum().backward()
+            assert_close(xt.grad, xg.grad)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int8, torch.uint8])
+def test_int_op_variants(dtype):
+    lo = 0 if dtype == torch.uint8 else -9
+    a = gen(5, 11, dtype=dtype, lo=lo, hi=9)
+    b = gen(5, 11, dtype=dtype, lo=1, hi=4, seed=5)
+    for e in (0, 1, 2, 3, 0.5, -0.5, 2.5):
+        check(torch.pow, a, e)
+    check(torch.pow, a, b)
+    if dtype != torch.uint8:
+        check(torch.pow, a, -b)                                    # tensor exponent: truncated 1 / a^|b|
+        with pytest.raises(RuntimeError, match="Integers to negative integer powers are not allowed"):
+            torch.pow(a.to("tpu"), -2)
+    for mode in ("trunc", "floor"):
+        check(torch.div, a, b, rounding_mode=mode)
+        check(torch.div, a, -b if dtype != torch.uint8 else b, rounding_mode=mode)
+    check(torch.clamp, a, -3, None)
+    check(torch.clamp, a, None, 4)
+    check(torch.clamp, a, 5, 2)
+    check(torch.bitwise_not, a)
+    check(torch.bitwise_not, a > 0)
+
+
 def test_type_promotion():
     check(torch.add, gen(4, 5, dtype=torch.int64), gen(4, 5))
     check(torch.mul, gen(4, 5, dtype=torch.bfloat16), gen(4, 5, dtype=torch.float32))

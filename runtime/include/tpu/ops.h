@@ -31,6 +31,13 @@ typedef enum tpu_op {
     TPU_OP_COUNT
 } tpu_op;
 
+/* What the graph engine may do with an op (the CLASS column of ops.def). */
+typedef enum tpu_op_class {
+    TPU_CLASS_NULLARY, TPU_CLASS_UNARY, TPU_CLASS_BINARY, TPU_CLASS_TERNARY, TPU_CLASS_MOVE,
+    TPU_CLASS_REDUCTION, TPU_CLASS_SCAN, TPU_CLASS_MATMUL, TPU_CLASS_RANDOM, TPU_CLASS_OPAQUE,
+    TPU_CLASS_COUNT
+} tpu_op_class;
+
 /* The op families, the one list: X(ENUM, fast kernel, reference kernel) names
  * TPU_FAM_<ENUM>, its fast kernel tpu_k_<fast> (runtime/src/kernels/) and its
  * reference tpu_ref_<ref> (runtime/src/ref/); the runtime's dispatch tables
@@ -75,11 +82,76 @@ typedef struct tpu_params {
     int32_t compute_dtype;          /* elementwise: dtype inputs are promoted to */
 } tpu_params;
 
+/* Named, typed parameters (the PARAMS column of ops.def): per op a struct
+ * tpu_args_<OP> with one field per parameter (double for PF, int64_t for PI)
+ * and tpu_pack_<OP>() placing them in their slots of tpu_params, so callers
+ * write TPU_PARAMS(ADD, .alpha = 2.0) instead of p.f[0] = 2.0; kernels read
+ * them back by name with tpu_unpack_<OP>(&params).
+ *
+ * How: with P, PF and PI defined as below, a PARAMS column
+ * P(PF(0, alpha) PI(1, dim)) becomes the sequence (F, 0, alpha)(I, 1, dim),
+ * and TPU_PSEQ(seq) applies TPU_PSEQ_M(kind, slot, name) - which the user
+ * of the sequence defines - to each element. P, PF and PI are defined only
+ * around an include of ops.def (they are short names). */
+#define TPU_CAT_(a, b) TPU_CAT2_(a, b)
+#define TPU_CAT2_(a, b) a##b
+#define TPU_PSEQ(seq) TPU_CAT_(TPU_PSEQ_A seq, _END)
+#define TPU_PSEQ_A(k, s, n) TPU_PSEQ_M(k, s, n) TPU_PSEQ_B
+#define TPU_PSEQ_B(k, s, n) TPU_PSEQ_M(k, s, n) TPU_PSEQ_A
+#define TPU_PSEQ_A_END
+#define TPU_PSEQ_B_END
+#define TPU_P_TYPE_F double
+#define TPU_P_TYPE_I int64_t
+#define TPU_P_ARR_F f
+#define TPU_P_ARR_I i
+
+#define P(...) __VA_ARGS__
+#define PF(slot, name, ...) (F, slot, name)
+#define PI(slot, name, ...) (I, slot, name)
+#define TPU_PSEQ_M(k, s, n) TPU_P_TYPE_##k n;
+#define TPU_OP(e, name, fam, nout, nmin, nmax, dtypes, cls, params, ...) \
+    typedef struct tpu_args_##e { TPU_PSEQ(params) char reserved_; } tpu_args_##e;
+#include "ops.def"
+#undef TPU_OP
+#undef TPU_PSEQ_M
+#define TPU_PSEQ_M(k, s, n) p.TPU_P_ARR_##k[s] = a.n;
+#define TPU_OP(e, name, fam, nout, nmin, nmax, dtypes, cls, params, ...)     \
+    static inline tpu_params tpu_pack_##e(tpu_args_##e a) {                  \
+        tpu_params p = { { 0 }, { 0 }, 0 };                                  \
+        TPU_PSEQ(params)                                                     \
+        (void)a;                                                             \
+        return p;                                                            \
+    }
+#include "ops.def"
+#undef TPU_OP
+#undef TPU_PSEQ_M
+#define TPU_PSEQ_M(k, s, n) a.n = p->TPU_P_ARR_##k[s];
+#define TPU_OP(e, name, fam, nout, nmin, nmax, dtypes, cls, params, ...)     \
+    static inline tpu_args_##e tpu_unpack_##e(const tpu_params *p) {         \
+        tpu_args_##e a;                                                      \
+        a.reserved_ = 0;                                                     \
+        TPU_PSEQ(params)                                                     \
+        (void)p;                                                             \
+        return a;                                                            \
+    }
+#include "ops.def"
+#undef TPU_OP
+#undef TPU_PSEQ_M
+#undef P
+#undef PF
+#undef PI
+#ifdef __cplusplus
+#define TPU_PARAMS(OP, ...) tpu_pack_##OP({ __VA_ARGS__ })
+#else
+#define TPU_PARAMS(OP, ...) tpu_pack_##OP((tpu_args_##OP){ __VA_ARGS__ })
+#endif
+
 /* Run `op` on `stream` (NULL = current stream of the calling thread's device). */
 tpu_status tpu_launch(tpu_stream_t stream, tpu_op op, const tpu_tensor *operands, int n, const tpu_params *params);
 
 const char *tpu_op_name(tpu_op op);
 tpu_op_family tpu_op_family_of(tpu_op op);
+tpu_op_class tpu_op_class_of(tpu_op op);
 size_t tpu_dtype_size(tpu_dtype dt);
 const char *tpu_dtype_name(tpu_dtype dt);
 bool tpu_dtype_is_float(tpu_dtype dt);

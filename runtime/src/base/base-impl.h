@@ -10,6 +10,7 @@
 #include "tpu/status.h"
 #include "tpu/ops.h"
 #include <stdint.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 /* Set the last error and return `s` (for `return tpu_set_error(...)`). */
@@ -29,8 +30,15 @@ tpu_status tpu_set_error(tpu_status s, const char *fmt, ...) __attribute__((form
 #define DT_MASK 0xffffu
 #define DT_OUT (1u << 16)        /* the rule applies to output 0 */
 #define DT_IN_FLOAT (1u << 17)   /* and every tensor input must be floating */
+#define DT_PRED (1u << 18)       /* a predicate: the output is bool */
+#define DT_DIVISOR (1u << 19)    /* integer domain: input 1 is a divisor (0 fails) */
 
-typedef struct tpu_op_info { int nout, nin_min, nin_max; unsigned dtypes; } tpu_op_info;
+typedef struct tpu_op_info {
+    int nout, nin_min, nin_max;
+    unsigned dtypes;      /* DT_* rule and flags */
+    tpu_op_class cls;
+    bool int_form;        /* elementwise: computes in int64 for integer/bool compute dtypes */
+} tpu_op_info;
 extern const tpu_op_info tpu_op_infos[];
 
 /* The op's dtype rule against a launch's operands (already checked for

@@ -1,6 +1,7 @@
 /* dtype.c - op and dtype tables generated from ops.def, the dtype rule
  * check, element load/store, descriptor helpers. */
 #include "base/base-impl.h"
+#include "base/expr-impl.h"
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -18,10 +19,48 @@ static const tpu_op_family op_fams[] = {
 _Static_assert(sizeof(op_names) / sizeof(op_names[0]) == TPU_OP_COUNT, "op name table");
 
 const tpu_op_info tpu_op_infos[TPU_OP_COUNT] = {
-#define TPU_OP(e, name, fam, nout, nmin, nmax, dtypes, ...) { nout, nmin, nmax, dtypes },
+#define EXPR(f, i) TPU_EXPR_HAS_I(f, i)
+#define NOEXPR 0
+#define TPU_OP(e, name, fam, nout, nmin, nmax, dtypes, cls, params, ex) { nout, nmin, nmax, dtypes, TPU_CLASS_##cls, ex },
 #include "tpu/ops.def"
 #undef TPU_OP
+#undef EXPR
+#undef NOEXPR
 };
+
+/* ops.def's columns agree with each other: an elementwise class has the
+ * family and the arity it names; parameter slots exist and are distinct. */
+#define P(...) __VA_ARGS__
+#define PF(slot, name, ...) (F, slot, name)
+#define PI(slot, name, ...) (I, slot, name)
+#define OPP_SHIFT_F 0
+#define OPP_SHIFT_I 8
+#define TPU_PSEQ_M(k, s, n) | (1u << ((s) + OPP_SHIFT_##k))
+#define TPU_OP(e, name, fam, nout, nmin, nmax, dtypes, cls, params, ...)                                  \
+    _Static_assert(TPU_CLASS_##cls > TPU_CLASS_TERNARY ||                                              \
+                   (TPU_FAM_##fam == TPU_FAM_EW && nout == 1 && nmin == nmax &&                        \
+                    (TPU_CLASS_##cls != TPU_CLASS_UNARY || nmin == 1) &&                              \
+                    (TPU_CLASS_##cls != TPU_CLASS_BINARY || nmin == 2) &&                             \
+                    (TPU_CLASS_##cls != TPU_CLASS_TERNARY || nmin == 3)), #e ": class, family and arity"); \
+    _Static_assert((0u TPU_PSEQ(params)) < (1u << 14) && ((0u TPU_PSEQ(params)) & 0xc0u) == 0,       \
+                   #e ": parameter slots are 0..5");                                                   \
+    enum { OPP_##e = 0 TPU_PSEQ(params) };
+#include "tpu/ops.def"
+#undef TPU_OP
+#undef TPU_PSEQ_M
+#define TPU_PSEQ_M(k, s, n) + 1
+#define TPU_OP(e, name, fam, nout, nmin, nmax, dtypes, cls, params, ...)                                  \
+    _Static_assert(__builtin_popcount(OPP_##e) == 0 TPU_PSEQ(params), #e ": two parameters in one slot");
+#include "tpu/ops.def"
+#undef TPU_OP
+#undef TPU_PSEQ_M
+#undef P
+#undef PF
+#undef PI
+#undef OPP_SHIFT_F
+#undef OPP_SHIFT_I
+
+tpu_op_class tpu_op_class_of(tpu_op op) { return (unsigned)op < TPU_OP_COUNT ? tpu_op_infos[op].cls : TPU_CLASS_OPAQUE; }
 
 const char *tpu_op_name(tpu_op op) { return (unsigned)op < TPU_OP_COUNT ? op_names[op] : "?"; }
 tpu_op_family tpu_op_family_of(tpu_op op) { return (unsigned)op < TPU_OP_COUNT ? op_fams[op] : TPU_FAM_COUNT; }

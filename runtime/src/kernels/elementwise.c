@@ -15,24 +15,27 @@
  * An output that shares storage with an input is always buffered, so an
  * in-place op (add_) reads a whole tile before writing it.
  *
- * Compute domains, shared with ref/ref_ew.c: compute_dtype float32/float16/
- * bfloat16 -> float, float64 -> double, integer/bool -> int64 for ops with
- * integer semantics (ew_int_capable), else double. Float-domain math uses
- * branch-free approximations of exp/log/tanh (vectorizable; a few ulp) where
- * PyTorch uses vectorized Sleef, and libm elsewhere. FILL, COPY and ARANGE
- * ignore compute_dtype and convert straight to the output dtype.
+ * The math of every op is its expression in ops.def, expanded once per
+ * compute domain by base/expr-cases.h into one switch of fixed-trip tile
+ * loops (ew_tile_f / _d / _i). This file only chooses how the expression's
+ * vocabulary computes: branch-free approximations of exp/log/tanh/erf (a few
+ * ulp; PyTorch uses vectorized Sleef) and selects that do not branch, so the
+ * loops vectorize; libm elsewhere. pow with a host-scalar exponent is
+ * strength-reduced (x*x ...). Compute domains, shared with ref/ref_ew.c:
+ * compute_dtype float32/float16/bfloat16 -> float, float64 -> double,
+ * integer/bool -> int64 for ops with an integer form, else double. FILL,
+ * COPY and ARANGE ignore compute_dtype and convert straight to the output
+ * dtype.
  *
  * Work is split into blocks of EW_GRAIN elements for tpu_parallel_for; a
  * block may start anywhere in a row. */
 #include "kernels/kernels-impl.h"
 #include "kernels/vmath-impl.h"
+#include "base/expr-impl.h"
 #include <math.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <string.h>
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
 
 #define EW_TILE 256
 #define EW_GRAIN 32768
@@ -50,20 +53,16 @@
 #endif
 
 typedef enum ew_dom { EW_DOM_F, EW_DOM_D, EW_DOM_I } ew_dom;
-enum { EW_ERR_NONE, EW_ERR_ZERODIV, EW_ERR_NEGPOW };
-enum { EW_POW_GENERIC, EW_POW_SQRT, EW_POW_RSQRT, EW_POW_RECIP, EW_POW_SQ, EW_POW_CUBE, EW_POW_RSQ };
+enum { EW_POW_GENERIC, EW_POW_RECIP, EW_POW_SQ, EW_POW_CUBE, EW_POW_RSQ };
 
 /* Op parameters, pre-converted for each domain. */
 typedef struct ew_par {
     float ff[6];
     double fd[6];
     int64_t fi[6];                      /* f[] as int64 (saturating) */
-    float elu_neg_f;                    /* ELU alpha * scale */
-    double elu_neg_d;
-    int64_t lo, hi;                     /* CLAMP bounds in the int64 domain */
-    int64_t i0;
-    int pow_mode;
-    bool exp_scalar, cbool, has_min, has_max;
+    int64_t pi[6];                      /* i[] */
+    int pow_mode;                       /* POW with a host-scalar exponent */
+    bool cbool;                         /* compute dtype bool */
 } ew_par;
 
 typedef struct ew_ctx {
@@ -91,40 +90,6 @@ typedef union ew_bufs {
     int64_t i[EW_NOP][EW_TILE];
 } ew_bufs;
 
-/* ---- domain rules (same as ref/ref_ew.c) ---- */
-
-static bool ew_int_capable(tpu_op op, int64_t div_mode) {
-    switch (op) {
-    case TPU_OP_NEG: case TPU_OP_ABS: case TPU_OP_SIGN: case TPU_OP_RELU: case TPU_OP_CLAMP:
-    case TPU_OP_FLOOR: case TPU_OP_CEIL: case TPU_OP_ROUND: case TPU_OP_TRUNC: case TPU_OP_FRAC:
-    case TPU_OP_LOGICAL_NOT: case TPU_OP_BITWISE_NOT: case TPU_OP_ISNAN: case TPU_OP_ISINF:
-    case TPU_OP_NAN_TO_NUM: case TPU_OP_ADD: case TPU_OP_SUB: case TPU_OP_MUL: case TPU_OP_POW:
-    case TPU_OP_MAXIMUM: case TPU_OP_MINIMUM: case TPU_OP_FMOD: case TPU_OP_REMAINDER:
-    case TPU_OP_EQ: case TPU_OP_NE: case TPU_OP_LT: case TPU_OP_LE: case TPU_OP_GT: case TPU_OP_GE:
-    case TPU_OP_LOGICAL_AND: case TPU_OP_LOGICAL_OR: case TPU_OP_LOGICAL_XOR:
-    case TPU_OP_BITWISE_AND: case TPU_OP_BITWISE_OR: case TPU_OP_BITWISE_XOR:
-    case TPU_OP_THRESHOLD_BWD: case TPU_OP_HARDTANH_BWD: case TPU_OP_WHERE: case TPU_OP_ADDCMUL:
-    case TPU_OP_CLAMP_T:
-        return true;
-    case TPU_OP_DIV:
-        return div_mode != 0;
-    default:
-        return false;
-    }
-}
-
-static bool ew_is_bitwise(tpu_op op) {
-    return op == TPU_OP_BITWISE_NOT || op == TPU_OP_BITWISE_AND || op == TPU_OP_BITWISE_OR ||
-           op == TPU_OP_BITWISE_XOR;
-}
-
-static int64_t ew_d2i(double v) {
-    if (v != v) return 0;
-    if (v >= 9.2233720368547758e18) return INT64_MAX;
-    if (v <= -9.2233720368547758e18) return INT64_MIN;
-    return (int64_t)v;
-}
-
 /* ---- branch-free float helpers (vectorizable) ---- */
 
 EW_INLINE int64_t ew_d2b(double f) { int64_t i; memcpy(&i, &f, 8); return i; }
@@ -134,10 +99,6 @@ EW_INLINE double ew_seld(int c, double a, double b) {
     int64_t m = -(int64_t)c;
     return ew_b2d((ew_d2b(a) & m) | (ew_d2b(b) & ~m));
 }
-#define EW_SEL(c, a, b) _Generic((a), float: ew_self, double: ew_seld)((c), (a), (b))
-/* NaN-propagating max / min (torch.maximum); arguments are evaluated twice. */
-#define EW_MAXN(a, b) EW_SEL(((a) > (b)) | ((a) != (a)), (a), (b))
-#define EW_MINN(a, b) EW_SEL(((a) < (b)) | ((a) != (a)), (a), (b))
 
 /* float16 <-> float32, bit-exact with the _Float16 casts of kernels-impl.h
  * (NaN payloads aside) but branch-free, so the conversion loops vectorize
@@ -245,442 +206,112 @@ EW_INLINE float ew_truncf(float x) {
     return copysignf(ew_self(r > a, r - 1.0f, r), x);
 }
 
-EW_INLINE double ew_expd(double x) { return exp(x); }
-EW_INLINE double ew_expm1d(double x) { return expm1(x); }
-EW_INLINE double ew_logd(double x) { return log(x); }
-EW_INLINE double ew_log1pd(double x) { return log1p(x); }
-EW_INLINE double ew_tanhd(double x) { return tanh(x); }
-EW_INLINE double ew_erfd(double x) { return erf(x); }
-EW_INLINE double ew_floord(double x) { return floor(x); }
-EW_INLINE double ew_ceild(double x) { return ceil(x); }
-EW_INLINE double ew_truncd(double x) { return trunc(x); }
+/* The fast kernel's vocabulary: base/expr-impl.h's reference names,
+ * redefined where a branch-free approximation vectorizes (float only:
+ * double keeps libm) or a select must not branch. */
+#undef EXP
+#undef EXPM1
+#undef LOG
+#undef LOG1P
+#undef TANH
+#undef ERF_GELU
+#undef FLOOR
+#undef CEIL
+#undef TRUNC
+#undef SEL
+#undef MAXN
+#undef MINN
+#define EXP(v) _Generic((v), float: ew_expf, default: exp)(v)
+#define EXPM1(v) _Generic((v), float: ew_expm1f, default: expm1)(v)
+#define LOG(v) _Generic((v), float: ew_logf, default: log)(v)
+#define LOG1P(v) _Generic((v), float: ew_log1pf, default: log1p)(v)
+#define TANH(v) _Generic((v), float: ew_tanhf, default: tanh)(v)
+#define ERF_GELU(v) _Generic((v), float: ew_erf_gelu_f, default: erf)(v)
+#define FLOOR(v) _Generic((v), float: ew_floorf, default: floor)(v)
+#define CEIL(v) _Generic((v), float: ew_ceilf, default: ceil)(v)
+#define TRUNC(v) _Generic((v), float: ew_truncf, default: trunc)(v)
+#define SEL(c, a, b) _Generic((a), float: ew_self, double: ew_seld, default: ew_seli)((c), (a), (b))
+#define MAXN(a, b) _Generic((a), float: ew_maxnf, double: ew_maxnd, default: tpu_max_i)(a, b)
+#define MINN(a, b) _Generic((a), float: ew_minnf, double: ew_minnd, default: tpu_min_i)(a, b)
 
-#define EW_EXP(x) _Generic((x), float: ew_expf, double: ew_expd)(x)
-#define EW_EXPM1(x) _Generic((x), float: ew_expm1f, double: ew_expm1d)(x)
-#define EW_LOG(x) _Generic((x), float: ew_logf, double: ew_logd)(x)
-#define EW_LOG1P(x) _Generic((x), float: ew_log1pf, double: ew_log1pd)(x)
-#define EW_TANH(x) _Generic((x), float: ew_tanhf, double: ew_tanhd)(x)
-#define EW_ERF_GELU(x) _Generic((x), float: ew_erf_gelu_f, double: ew_erfd)(x)
-#define EW_FLOOR(x) _Generic((x), float: ew_floorf, double: ew_floord)(x)
-#define EW_CEIL(x) _Generic((x), float: ew_ceilf, double: ew_ceild)(x)
-#define EW_TRUNC(x) _Generic((x), float: ew_truncf, double: ew_truncd)(x)
+EW_INLINE int64_t ew_seli(int c, int64_t a, int64_t b) { return c ? a : b; }
+EW_INLINE float ew_maxnf(float a, float b) { return ew_self((a > b) | (a != a), a, b); }
+EW_INLINE double ew_maxnd(double a, double b) { return ew_seld((a > b) | (a != a), a, b); }
+EW_INLINE float ew_minnf(float a, float b) { return ew_self((a < b) | (a != a), a, b); }
+EW_INLINE double ew_minnd(double a, double b) { return ew_seld((a < b) | (a != a), a, b); }
 
-/* sqrt: gcc keeps a scalar errno path for sqrt() without -fno-math-errno, so
- * use the instructions directly (runtime ISA check). */
-#if defined(__x86_64__)
-__attribute__((target("avx512f")))
-static void ew_sqrt_f_avx512(float *restrict o, const float *restrict x) {
-    for (int i = 0; i < EW_TILE; i += 16) _mm512_storeu_ps(o + i, _mm512_sqrt_ps(_mm512_loadu_ps(x + i)));
-}
-__attribute__((target("avx512f")))
-static void ew_sqrt_d_avx512(double *restrict o, const double *restrict x) {
-    for (int i = 0; i < EW_TILE; i += 8) _mm512_storeu_pd(o + i, _mm512_sqrt_pd(_mm512_loadu_pd(x + i)));
-}
-__attribute__((target("avx")))
-static void ew_sqrt_f_avx(float *restrict o, const float *restrict x) {
-    for (int i = 0; i < EW_TILE; i += 8) _mm256_storeu_ps(o + i, _mm256_sqrt_ps(_mm256_loadu_ps(x + i)));
-}
-__attribute__((target("avx")))
-static void ew_sqrt_d_avx(double *restrict o, const double *restrict x) {
-    for (int i = 0; i < EW_TILE; i += 4) _mm256_storeu_pd(o + i, _mm256_sqrt_pd(_mm256_loadu_pd(x + i)));
-}
-static int ew_isa(void) {
-    unsigned f = tpu_cpu_features();
-    return (f & TPU_CPU_AVX512F) ? 2 : (f & TPU_CPU_AVX) ? 1 : 0;
-}
-static void ew_sqrt_f(float *restrict o, const float *restrict x) {
-    int isa = ew_isa();
-    if (isa == 2) { ew_sqrt_f_avx512(o, x); return; }
-    if (isa == 1) { ew_sqrt_f_avx(o, x); return; }
-    for (int i = 0; i < EW_TILE; i += 4) _mm_storeu_ps(o + i, _mm_sqrt_ps(_mm_loadu_ps(x + i)));
-}
-static void ew_sqrt_d(double *restrict o, const double *restrict x) {
-    int isa = ew_isa();
-    if (isa == 2) { ew_sqrt_d_avx512(o, x); return; }
-    if (isa == 1) { ew_sqrt_d_avx(o, x); return; }
-    for (int i = 0; i < EW_TILE; i += 2) _mm_storeu_pd(o + i, _mm_sqrt_pd(_mm_loadu_pd(x + i)));
-}
-#else
-static void ew_sqrt_f(float *restrict o, const float *restrict x) {
-    for (int i = 0; i < EW_TILE; i++) o[i] = sqrtf(x[i]);
-}
-static void ew_sqrt_d(double *restrict o, const double *restrict x) {
-    for (int i = 0; i < EW_TILE; i++) o[i] = sqrt(x[i]);
-}
-#endif
+/* ---- tile functions: one op over EW_TILE elements, from its ops.def expression ---- */
 
-/* PyTorch's div_floor_floating and Python-style remainder (scalar: fmod). */
-#define EW_DIV_FLOOR_BODY(T, FMOD, FLOOR, COPYSIGN) {                    \
-    if (b == 0) return a / b;                                            \
-    T mod = FMOD(a, b);                                                  \
-    T div = (a - mod) / b;                                               \
-    if (mod != 0 && (b < 0) != (mod < 0)) div -= (T)1;                   \
-    if (div == 0) return COPYSIGN((T)0, a / b);                          \
-    T fl = FLOOR(div);                                                   \
-    if (div - fl > (T)0.5) fl += (T)1;                                   \
-    return fl;                                                           \
-}
-static float ew_divfloor_f(float a, float b) EW_DIV_FLOOR_BODY(float, fmodf, floorf, copysignf)
-static double ew_divfloor_d(double a, double b) EW_DIV_FLOOR_BODY(double, fmod, floor, copysign)
-static float ew_rem_f(float a, float b) {
-    float m = fmodf(a, b);
-    return (m != 0 && ((b < 0) != (m < 0))) ? m + b : m;
-}
-static double ew_rem_d(double a, double b) {
-    double m = fmod(a, b);
-    return (m != 0 && ((b < 0) != (m < 0))) ? m + b : m;
-}
-
-/* ---- float / double tile functions: one op over EW_TILE elements ---- */
-
-#define EW_LOOP1(E) for (int i = 0; i < EW_TILE; i++) { ew_T x = X[i]; (void)x; O[i] = (E); } break
-#define EW_LOOP2(E) for (int i = 0; i < EW_TILE; i++) { ew_T x = X[i], y = Y[i]; (void)x; (void)y; O[i] = (E); } break
-#define EW_LOOP3(E) \
-    for (int i = 0; i < EW_TILE; i++) { ew_T x = X[i], y = Y[i], z = Z[i]; (void)x; (void)y; (void)z; O[i] = (E); } break
-
-/* The float-domain ops, written once for T = float and T = double. M(fn)
- * names the libm function of the type, K(v) a constant, PF the params. */
-#define EW_FLOAT_UNARY(T, SFX, M, K, PF)                                                    \
-static EW_CLONES void ew_un_##SFX(tpu_op op, T *restrict O, const T *restrict X, const ew_par *p) {    \
-    typedef T ew_T;                                                                          \
-    const T f0 = p->PF[0], f1 = p->PF[1], f2 = p->PF[2];                                     \
-    switch (op) {                                                                            \
-    case TPU_OP_COPY: EW_LOOP1(x);                                                           \
-    case TPU_OP_NEG: EW_LOOP1(-x);                                                           \
-    case TPU_OP_ABS: EW_LOOP1(M(fabs)(x));                                                   \
-    case TPU_OP_SIGN: EW_LOOP1((T)((x > 0) - (x < 0)));                                      \
-    case TPU_OP_EXP: EW_LOOP1(EW_EXP(x));                                                    \
-    case TPU_OP_EXP2: EW_LOOP1(M(exp2)(x));                                                  \
-    case TPU_OP_EXPM1: EW_LOOP1(EW_EXPM1(x));                                                \
-    case TPU_OP_LOG: EW_LOOP1(EW_LOG(x));                                                    \
-    case TPU_OP_LOG2: EW_LOOP1(M(log2)(x));                                                  \
-    case TPU_OP_LOG10: EW_LOOP1(M(log10)(x));                                                \
-    case TPU_OP_LOG1P: EW_LOOP1(EW_LOG1P(x));                                                \
-    case TPU_OP_SQRT: ew_sqrt_##SFX(O, X); break;                                            \
-    case TPU_OP_RSQRT:                                                                       \
-        ew_sqrt_##SFX(O, X);                                                                 \
-        for (int i = 0; i < EW_TILE; i++) O[i] = K(1) / O[i];                                \
-        break;                                                                               \
-    case TPU_OP_RECIPROCAL: EW_LOOP1(K(1) / x);                                              \
-    case TPU_OP_SIN: EW_LOOP1(M(sin)(x));                                                    \
-    case TPU_OP_COS: EW_LOOP1(M(cos)(x));                                                    \
-    case TPU_OP_TAN: EW_LOOP1(M(tan)(x));                                                    \
-    case TPU_OP_ASIN: EW_LOOP1(M(asin)(x));                                                  \
-    case TPU_OP_ACOS: EW_LOOP1(M(acos)(x));                                                  \
-    case TPU_OP_ATAN: EW_LOOP1(M(atan)(x));                                                  \
-    case TPU_OP_SINH: EW_LOOP1(M(sinh)(x));                                                  \
-    case TPU_OP_COSH: EW_LOOP1(M(cosh)(x));                                                  \
-    case TPU_OP_TANH: EW_LOOP1(EW_TANH(x));                                                  \
-    case TPU_OP_ASINH: EW_LOOP1(M(asinh)(x));                                                \
-    case TPU_OP_ACOSH: EW_LOOP1(M(acosh)(x));                                                \
-    case TPU_OP_ATANH: EW_LOOP1(M(atanh)(x));                                                \
-    case TPU_OP_ERF: EW_LOOP1(M(erf)(x));                                                    \
-    case TPU_OP_ERFC: EW_LOOP1(M(erfc)(x));                                                  \
-    case TPU_OP_SIGMOID: EW_LOOP1(K(1) / (K(1) + EW_EXP(-x)));                               \
-    case TPU_OP_RELU: EW_LOOP1(EW_SEL(x < 0, K(0), x));                                      \
-    case TPU_OP_GELU:                                                                        \
-        if (p->i0) { EW_LOOP1(K(0.5) * x * (K(1) + EW_TANH(K(EW_KBETA) *   \
-                                                           (x + K(0.044715) * (x * x * x))))); } \
-        EW_LOOP1(x * K(0.5) * (K(1) + EW_ERF_GELU(x * K(EW_SQRT1_2))));                       \
-    case TPU_OP_SILU: EW_LOOP1(x / (K(1) + EW_EXP(-x)));                                     \
-    case TPU_OP_MISH: EW_LOOP1(x * EW_TANH(EW_LOG1P(EW_EXP(x))));                            \
-    case TPU_OP_SOFTPLUS: EW_LOOP1(EW_SEL(x * f0 > f1, x, EW_LOG1P(EW_EXP(x * f0)) / f0));   \
-    case TPU_OP_ELU: EW_LOOP1(EW_SEL(x > 0, x * f1, EW_EXPM1(x * f2) * p->elu_neg_##SFX));   \
-    case TPU_OP_LEAKY_RELU: EW_LOOP1(EW_SEL(x > 0, x, x * f0));                              \
-    case TPU_OP_HARDSIGMOID: {                                                               \
-        for (int i = 0; i < EW_TILE; i++) {                                                  \
-            T s = X[i] + K(3), z = K(0), six = K(6);                                         \
-            s = EW_MAXN(s, z);                                                               \
-            O[i] = EW_MINN(s, six) / six;                                                    \
-        }                                                                                    \
-        break;                                                                               \
-    }                                                                                        \
-    case TPU_OP_HARDSWISH: {                                                                 \
-        for (int i = 0; i < EW_TILE; i++) {                                                  \
-            T x = X[i], s = x + K(3), z = K(0), six = K(6);                                  \
-            s = EW_MAXN(s, z);                                                               \
-            s = EW_MINN(s, six);                                                             \
-            O[i] = x * s / six;                                                              \
-        }                                                                                    \
-        break;                                                                               \
-    }                                                                                        \
-    case TPU_OP_CLAMP: {       /* a missing bound is +-inf: a no-op, NaN included */         \
-        const T lo = p->has_min ? f0 : -(T)INFINITY, hi = p->has_max ? f1 : (T)INFINITY;     \
-        for (int i = 0; i < EW_TILE; i++) {                                                  \
-            T r = X[i];                                                                      \
-            r = EW_MAXN(r, lo);                                                              \
-            O[i] = EW_MINN(r, hi);                                                           \
-        }                                                                                    \
-        break;                                                                               \
-    }                                                                                        \
-    case TPU_OP_FLOOR: EW_LOOP1(EW_FLOOR(x));                                                \
-    case TPU_OP_CEIL: EW_LOOP1(EW_CEIL(x));                                                  \
-    case TPU_OP_ROUND: EW_LOOP1(M(nearbyint)(x));                                            \
-    case TPU_OP_TRUNC: EW_LOOP1(EW_TRUNC(x));                                                \
-    case TPU_OP_FRAC: EW_LOOP1(x - EW_TRUNC(x));                                             \
-    case TPU_OP_LOGICAL_NOT: EW_LOOP1((T)(x == 0));                                          \
-    case TPU_OP_ISNAN: EW_LOOP1((T)(x != x));                                                \
-    case TPU_OP_ISINF: EW_LOOP1((T)(M(fabs)(x) == (T)INFINITY));                             \
-    case TPU_OP_NAN_TO_NUM:                                                                  \
-        EW_LOOP1(EW_SEL(x != x, f0, EW_SEL(x == (T)INFINITY, f1,                             \
-                                           EW_SEL(x == -(T)INFINITY, f2, x))));              \
-    default: EW_LOOP1((T)NAN);                                                               \
-    }                                                                                        \
-}
-
-#define EW_FLOAT_BINARY(T, SFX, M, K, PF)                                                   \
-EW_INLINE void ew_pow_##SFX(T *restrict O, const T *restrict X, const T *restrict Y,            \
-                         const ew_par *p) {                                                  \
-    typedef T ew_T;                                                                          \
-    switch (p->pow_mode) {                                                                   \
-    case EW_POW_SQRT: ew_sqrt_##SFX(O, X); break;                                            \
-    case EW_POW_RSQRT:                                                                       \
-        ew_sqrt_##SFX(O, X);                                                                 \
-        for (int i = 0; i < EW_TILE; i++) O[i] = K(1) / O[i];                                \
-        break;                                                                               \
-    case EW_POW_RECIP: EW_LOOP1(K(1) / x);                                                   \
-    case EW_POW_SQ: EW_LOOP1(x * x);                                                         \
-    case EW_POW_CUBE: EW_LOOP1(x * x * x);                                                   \
-    case EW_POW_RSQ: EW_LOOP1(K(1) / (x * x));                                               \
-    default: EW_LOOP2(M(pow)(x, y));                                                         \
-    }                                                                                        \
-}                                                                                            \
-EW_INLINE T ew_gelu_bwd_tanh_##SFX(T dy, T x) {                                                 \
-    T kb = K(EW_KBETA), kk = K(0.044715);                                  \
-    T t = EW_TANH(kb * (x + kk * (x * x * x)));                                              \
-    T left = K(0.5) * x, right = K(1) + t;                                                   \
-    T dright = left * (K(1) - t * t) * (kb * (K(1) + K(3) * kk * x * x));                    \
-    return dy * (K(0.5) * right + dright);                                                   \
-}                                                                                            \
-static EW_CLONES void ew_bin_##SFX(tpu_op op, T *restrict O, const T *restrict X, const T *restrict Y, \
-                         const ew_par *p) {                                                  \
-    typedef T ew_T;                                                                          \
-    const T f0 = p->PF[0], f1 = p->PF[1];                                                    \
-    switch (op) {                                                                            \
-    case TPU_OP_ADD: EW_LOOP2(x + f0 * y);                                                   \
-    case TPU_OP_SUB: EW_LOOP2(x - f0 * y);                                                   \
-    case TPU_OP_MUL: EW_LOOP2(x * y);                                                        \
-    case TPU_OP_DIV:                                                                         \
-        if (p->i0 == 1) { EW_LOOP2(EW_TRUNC(x / y)); }                                       \
-        if (p->i0 == 2) { EW_LOOP2(ew_divfloor_##SFX(x, y)); }                               \
-        EW_LOOP2(x / y);                                                                     \
-    case TPU_OP_POW: ew_pow_##SFX(O, X, Y, p); break;                                        \
-    case TPU_OP_MAXIMUM: EW_LOOP2(EW_MAXN(x, y));                                            \
-    case TPU_OP_MINIMUM: EW_LOOP2(EW_MINN(x, y));                                            \
-    case TPU_OP_FMOD: EW_LOOP2(M(fmod)(x, y));                                               \
-    case TPU_OP_REMAINDER: EW_LOOP2(ew_rem_##SFX(x, y));                                     \
-    case TPU_OP_ATAN2: EW_LOOP2(M(atan2)(x, y));                                             \
-    case TPU_OP_EQ: EW_LOOP2((T)(x == y));                                                   \
-    case TPU_OP_NE: EW_LOOP2((T)(x != y));                                                   \
-    case TPU_OP_LT: EW_LOOP2((T)(x < y));                                                    \
-    case TPU_OP_LE: EW_LOOP2((T)(x <= y));                                                   \
-    case TPU_OP_GT: EW_LOOP2((T)(x > y));                                                    \
-    case TPU_OP_GE: EW_LOOP2((T)(x >= y));                                                   \
-    case TPU_OP_LOGICAL_AND: EW_LOOP2((T)((x != 0) & (y != 0)));                             \
-    case TPU_OP_LOGICAL_OR: EW_LOOP2((T)((x != 0) | (y != 0)));                              \
-    case TPU_OP_LOGICAL_XOR: EW_LOOP2((T)((x != 0) ^ (y != 0)));                             \
-    case TPU_OP_THRESHOLD_BWD: EW_LOOP2(EW_SEL(y <= f0, K(0), x));                           \
-    case TPU_OP_GELU_BWD:                                                                    \
-        if (p->i0) { EW_LOOP2(ew_gelu_bwd_tanh_##SFX(x, y)); }                               \
-        EW_LOOP2(x * (K(0.5) * (K(1) + EW_ERF_GELU(y * K(EW_SQRT1_2))) +                      \
-                      y * (K(EW_KPDF) * EW_EXP(K(-0.5) * y * y))));     \
-    case TPU_OP_SILU_BWD:                                                                    \
-        for (int i = 0; i < EW_TILE; i++) {                                                  \
-            T g = X[i], v = Y[i], s = K(1) / (K(1) + EW_EXP(-v));                            \
-            O[i] = g * s * (K(1) + v * (K(1) - s));                                          \
-        }                                                                                    \
-        break;                                                                               \
-    case TPU_OP_SIGMOID_BWD: EW_LOOP2(x * (K(1) - y) * y);                                   \
-    case TPU_OP_TANH_BWD: EW_LOOP2(x * (K(1) - y * y));                                      \
-    case TPU_OP_LEAKY_RELU_BWD: EW_LOOP2(EW_SEL(y > 0, x, x * f0));                          \
-    case TPU_OP_HARDTANH_BWD: EW_LOOP2(EW_SEL((y <= f0) | (y >= f1), K(0), x));              \
-    case TPU_OP_SOFTPLUS_BWD:                                                                \
-        for (int i = 0; i < EW_TILE; i++) {                                                  \
-            T g = X[i], v = Y[i] * f0, e = EW_EXP(v);                                        \
-            O[i] = EW_SEL(v > f1, g, g * e / (e + K(1)));                                    \
-        }                                                                                    \
-        break;                                                                               \
-    default: EW_LOOP2((T)NAN);                                                               \
-    }                                                                                        \
-}
-
-#define EW_FLOAT_TERNARY(T, SFX, M, K, PF)                                                  \
-static EW_CLONES void ew_ter_##SFX(tpu_op op, T *restrict O, const T *restrict X, const T *restrict Y, \
-                         const T *restrict Z, const ew_par *p) {                             \
-    typedef T ew_T;                                                                          \
-    const T f0 = p->PF[0];                                                                   \
-    switch (op) {                                                                            \
-    case TPU_OP_WHERE: EW_LOOP3(EW_SEL(x != 0, y, z));                                       \
-    case TPU_OP_ADDCMUL: EW_LOOP3(x + f0 * y * z);                                           \
-    case TPU_OP_ADDCDIV: EW_LOOP3(x + f0 * y / z);                                           \
-    case TPU_OP_LERP:                                                                        \
-        EW_LOOP3(EW_SEL(M(fabs)(z) < K(0.5), x + z * (y - x), y - (y - x) * (K(1) - z)));   \
-    case TPU_OP_CLAMP_T:                                                                     \
-        for (int i = 0; i < EW_TILE; i++) {                                                  \
-            T r = X[i], lo = Y[i], hi = Z[i];                                                \
-            r = EW_MAXN(r, lo);                                                              \
-            O[i] = EW_MINN(r, hi);                                                           \
-        }                                                                                    \
-        break;                                                                               \
-    default: EW_LOOP3((T)NAN);                                                               \
-    }                                                                                        \
-}
-
-#define EW_MF(fn) fn##f
-#define EW_KF(v) ((float)(v))
-#define EW_MD(fn) fn
-#define EW_KD(v) ((double)(v))
-EW_FLOAT_UNARY(float, f, EW_MF, EW_KF, ff)
-EW_FLOAT_UNARY(double, d, EW_MD, EW_KD, fd)
-EW_FLOAT_BINARY(float, f, EW_MF, EW_KF, ff)
-EW_FLOAT_BINARY(double, d, EW_MD, EW_KD, fd)
-EW_FLOAT_TERNARY(float, f, EW_MF, EW_KF, ff)
-EW_FLOAT_TERNARY(double, d, EW_MD, EW_KD, fd)
-
-static void ew_tile_f(tpu_op op, int nin, float *restrict O, const float *restrict X,
-                                const float *restrict Y, const float *restrict Z, const ew_par *p) {
-    if (nin == 1) ew_un_f(op, O, X, p);
-    else if (nin == 2) ew_bin_f(op, O, X, Y, p);
-    else ew_ter_f(op, O, X, Y, Z, p);
-}
-
-static void ew_tile_d(tpu_op op, int nin, double *restrict O, const double *restrict X,
-                                const double *restrict Y, const double *restrict Z, const ew_par *p) {
-    if (nin == 1) ew_un_d(op, O, X, p);
-    else if (nin == 2) ew_bin_d(op, O, X, Y, p);
-    else ew_ter_d(op, O, X, Y, Z, p);
-}
-
-/* ---- int64 domain: wrapping arithmetic like the narrow C++ types ---- */
-
-#define EW_WRAP(v) ((int64_t)(uint64_t)(v))
-#define EW_ILOOP1(E) for (int i = 0; i < EW_TILE; i++) { int64_t x = X[i]; (void)x; O[i] = (E); } break
-#define EW_ILOOP2(E) \
-    for (int i = 0; i < EW_TILE; i++) { int64_t x = X[i], y = Y[i]; (void)x; (void)y; O[i] = (E); } break
-#define EW_ILOOP3(E) \
-    for (int i = 0; i < EW_TILE; i++) { int64_t x = X[i], y = Y[i], z = Z[i]; (void)x; (void)y; (void)z; O[i] = (E); } break
-
-static int64_t ew_powi(int64_t b, int64_t e) {
-    if (e < 0) return b == 1 ? 1 : b == -1 ? ((e & 1) ? -1 : 1) : 0;
-    uint64_t r = 1, x = (uint64_t)b;
-    while (e) {
-        if (e & 1) r *= x;
-        x *= x;
-        e >>= 1;
+/* pow with a host-scalar exponent: strength-reduced as PyTorch's CPU kernel
+ * does (x*x for 2 ...); checked against the reference's pow(). */
+#define EW_POW_SCALAR(T)                                                                \
+    switch (p->pow_mode) {                                                              \
+    case EW_POW_SQ: for (int i = 0; i < EW_TILE; i++) O[i] = X[i] * X[i]; return 0;      \
+    case EW_POW_CUBE: for (int i = 0; i < EW_TILE; i++) O[i] = X[i] * X[i] * X[i]; return 0; \
+    case EW_POW_RECIP: for (int i = 0; i < EW_TILE; i++) O[i] = (T)1 / X[i]; return 0;  \
+    case EW_POW_RSQ: for (int i = 0; i < EW_TILE; i++) O[i] = (T)1 / (X[i] * X[i]); return 0; \
+    default: break;                                                                     \
     }
-    return EW_WRAP(r);
-}
 
-static EW_CLONES void ew_un_i(tpu_op op, int64_t *restrict O, const int64_t *restrict X, const ew_par *p) {
-    const int64_t lo = p->lo, hi = p->hi;
+#define TPU_EXPR_BODY(e)                                                                \
+    for (int i = 0; i < EW_TILE; i++) {                                                 \
+        T x = X[i], y = Y[i], z = Z[i];                                                 \
+        (void)x; (void)y; (void)z;                                                      \
+        O[i] = (T)(e);                                                                  \
+    }
+#define TPU_EXPR_PARAM_I(s) ((T)p->pi[s])
+
+static EW_CLONES int ew_tile_f(tpu_op op, float *restrict O, const float *restrict X, const float *restrict Y,
+                               const float *restrict Z, const ew_par *p) {
+    typedef float T;
+    if (op == TPU_OP_POW) EW_POW_SCALAR(float)
     switch (op) {
-    case TPU_OP_COPY: case TPU_OP_FLOOR: case TPU_OP_CEIL: case TPU_OP_ROUND: case TPU_OP_TRUNC:
-    case TPU_OP_NAN_TO_NUM:
-        EW_ILOOP1(x);
-    case TPU_OP_NEG: EW_ILOOP1(EW_WRAP(0u - (uint64_t)x));
-    case TPU_OP_ABS: EW_ILOOP1(x < 0 ? EW_WRAP(0u - (uint64_t)x) : x);
-    case TPU_OP_SIGN: EW_ILOOP1((x > 0) - (x < 0));
-    case TPU_OP_RELU: EW_ILOOP1(x < 0 ? 0 : x);
-    case TPU_OP_CLAMP:
-        for (int i = 0; i < EW_TILE; i++) {
-            int64_t r = X[i] < lo ? lo : X[i];
-            O[i] = r > hi ? hi : r;
-        }
-        break;
-    case TPU_OP_LOGICAL_NOT: EW_ILOOP1(x == 0);
-    case TPU_OP_BITWISE_NOT:
-        if (p->cbool) { EW_ILOOP1(x == 0); }
-        EW_ILOOP1(~x);
-    default: EW_ILOOP1(0);
+#define TPU_EXPR_FORM TPU_EXPR_F
+#define TPU_EXPR_PARAM_F(s) p->ff[s]
+#include "base/expr-cases.h"
+    case TPU_OP_COPY: for (int i = 0; i < EW_TILE; i++) O[i] = X[i]; break;   /* a cast */
+#undef TPU_EXPR_PARAM_F
+    default: for (int i = 0; i < EW_TILE; i++) O[i] = NAN; break;
     }
+    return 0;
 }
 
-/* Division-like ops: check every divisor of the n valid elements first. */
-static int ew_divlike_i(tpu_op op, int64_t *restrict O, const int64_t *restrict X,
-                        const int64_t *restrict Y, int n, const ew_par *p) {
-    for (int i = 0; i < n; i++)
-        if (Y[i] == 0) return EW_ERR_ZERODIV;
-    for (int i = 0; i < n; i++) {
-        int64_t a = X[i], b = Y[i], r;
-        if (b == -1) {
-            r = op == TPU_OP_DIV ? EW_WRAP(0u - (uint64_t)a) : 0;
-        } else if (op == TPU_OP_DIV) {
-            r = a / b;
-            if (p->i0 == 2 && (a % b != 0) && ((a < 0) != (b < 0))) r -= 1;
-        } else {
-            r = a % b;
-            if (op == TPU_OP_REMAINDER && r != 0 && ((r < 0) != (b < 0))) r += b;
-        }
-        O[i] = r;
-    }
-    return EW_ERR_NONE;
-}
-
-static int ew_pow_i(int64_t *restrict O, const int64_t *restrict X, const int64_t *restrict Y,
-                    int n, const ew_par *p) {
-    for (int i = 0; i < n; i++) {
-        if (Y[i] < 0 && p->exp_scalar) return EW_ERR_NEGPOW;
-        O[i] = ew_powi(X[i], Y[i]);
-    }
-    return EW_ERR_NONE;
-}
-
-static EW_CLONES int ew_bin_i(tpu_op op, int64_t *restrict O, const int64_t *restrict X,
-                    const int64_t *restrict Y, int n, const ew_par *p) {
-    const uint64_t alpha = (uint64_t)p->fi[0];
-    const int64_t f0 = p->fi[0], f1 = p->fi[1];
+static EW_CLONES int ew_tile_d(tpu_op op, double *restrict O, const double *restrict X, const double *restrict Y,
+                               const double *restrict Z, const ew_par *p) {
+    typedef double T;
+    if (op == TPU_OP_POW) EW_POW_SCALAR(double)
     switch (op) {
-    case TPU_OP_ADD: EW_ILOOP2(EW_WRAP((uint64_t)x + alpha * (uint64_t)y));
-    case TPU_OP_SUB: EW_ILOOP2(EW_WRAP((uint64_t)x - alpha * (uint64_t)y));
-    case TPU_OP_MUL: EW_ILOOP2(EW_WRAP((uint64_t)x * (uint64_t)y));
-    case TPU_OP_DIV: case TPU_OP_FMOD: case TPU_OP_REMAINDER:
-        return ew_divlike_i(op, O, X, Y, n, p);
-    case TPU_OP_POW: return ew_pow_i(O, X, Y, n, p);
-    case TPU_OP_MAXIMUM: EW_ILOOP2(x > y ? x : y);
-    case TPU_OP_MINIMUM: EW_ILOOP2(x < y ? x : y);
-    case TPU_OP_EQ: EW_ILOOP2(x == y);
-    case TPU_OP_NE: EW_ILOOP2(x != y);
-    case TPU_OP_LT: EW_ILOOP2(x < y);
-    case TPU_OP_LE: EW_ILOOP2(x <= y);
-    case TPU_OP_GT: EW_ILOOP2(x > y);
-    case TPU_OP_GE: EW_ILOOP2(x >= y);
-    case TPU_OP_LOGICAL_AND: EW_ILOOP2((x != 0) & (y != 0));
-    case TPU_OP_LOGICAL_OR: EW_ILOOP2((x != 0) | (y != 0));
-    case TPU_OP_LOGICAL_XOR: EW_ILOOP2((x != 0) ^ (y != 0));
-    case TPU_OP_BITWISE_AND: EW_ILOOP2(x & y);
-    case TPU_OP_BITWISE_OR: EW_ILOOP2(x | y);
-    case TPU_OP_BITWISE_XOR: EW_ILOOP2(x ^ y);
-    case TPU_OP_THRESHOLD_BWD: EW_ILOOP2(y <= f0 ? 0 : x);
-    case TPU_OP_HARDTANH_BWD: EW_ILOOP2(((y <= f0) | (y >= f1)) ? 0 : x);
-    default: EW_ILOOP2(0);
+#define TPU_EXPR_PARAM_F(s) p->fd[s]
+#include "base/expr-cases.h"
+    case TPU_OP_COPY: for (int i = 0; i < EW_TILE; i++) O[i] = X[i]; break;   /* a cast */
+#undef TPU_EXPR_FORM
+#undef TPU_EXPR_PARAM_F
+    default: for (int i = 0; i < EW_TILE; i++) O[i] = NAN; break;
     }
-    return EW_ERR_NONE;
+    return 0;
 }
 
-static EW_CLONES void ew_ter_i(tpu_op op, int64_t *restrict O, const int64_t *restrict X,
-                     const int64_t *restrict Y, const int64_t *restrict Z, const ew_par *p) {
-    const uint64_t alpha = (uint64_t)p->fi[0];
+/* Integer domain: wrapping int64. Padding past a row's end reads 1 (see
+ * ew_input_tile), so divisions there never fail. */
+static EW_CLONES int ew_tile_i(tpu_op op, int64_t *restrict O, const int64_t *restrict X, const int64_t *restrict Y,
+                               const int64_t *restrict Z, const ew_par *p) {
+    typedef int64_t T;
+    const bool cbool = p->cbool;
+    int expr_err = 0;
+    (void)cbool;
     switch (op) {
-    case TPU_OP_WHERE: EW_ILOOP3(x != 0 ? y : z);
-    case TPU_OP_ADDCMUL: EW_ILOOP3(EW_WRAP((uint64_t)x + alpha * (uint64_t)y * (uint64_t)z));
-    case TPU_OP_CLAMP_T:
-        for (int i = 0; i < EW_TILE; i++) {
-            int64_t r = X[i] > Y[i] ? X[i] : Y[i];
-            O[i] = r < Z[i] ? r : Z[i];
-        }
-        break;
-    default: EW_ILOOP3(0);
+#define TPU_EXPR_FORM TPU_EXPR_I
+#define TPU_EXPR_PARAM_F(s) p->fi[s]
+#include "base/expr-cases.h"
+    case TPU_OP_COPY: for (int i = 0; i < EW_TILE; i++) O[i] = X[i]; break;   /* a cast */
+#undef TPU_EXPR_FORM
+#undef TPU_EXPR_PARAM_F
+    default: for (int i = 0; i < EW_TILE; i++) O[i] = 0; break;
     }
+    return expr_err;
 }
-
-static int ew_tile_i(tpu_op op, int nin, int64_t *restrict O, const int64_t *restrict X,
-                               const int64_t *restrict Y, const int64_t *restrict Z, int n,
-                               const ew_par *p) {
-    if (nin == 1) ew_un_i(op, O, X, p);
-    else if (nin == 2) return ew_bin_i(op, O, X, Y, n, p);
-    else ew_ter_i(op, O, X, Y, Z, p);
-    return EW_ERR_NONE;
-}
+#undef TPU_EXPR_BODY
+#undef TPU_EXPR_PARAM_I
 
 /* ---- gather (load + convert) and scatter (convert + store) ---- */
 
@@ -805,7 +436,9 @@ static const void *ew_input_tile(ew_ctx *c, ew_bufs *b, int k, const int64_t *of
         return buf;
     }
     ew_load(c, buf, src, s, len, c->dt[k]);
-    if (len < EW_TILE) {
+    if (len < EW_TILE && c->dom == EW_DOM_I) {     /* 1, not 0: a divisor there must not fail */
+        for (int i = len; i < EW_TILE; i++) ((int64_t *)buf)[i] = 1;
+    } else if (len < EW_TILE) {
         size_t es = c->dom == EW_DOM_F ? 4 : 8;
         memset((char *)buf + (size_t)len * es, 0, (size_t)(EW_TILE - len) * es);
     }
@@ -825,11 +458,11 @@ static void ew_compute_tile(ew_ctx *c, ew_bufs *b, const int64_t *off, int64_t i
         double *od = o;
         for (int i = 0; i < len; i++) od[i] = c->par.fd[0] + (double)(pos + i) * c->par.fd[1];
     } else if (c->dom == EW_DOM_F) {
-        ew_tile_f(c->op, c->nin, o, in[0], in[1], in[2], &c->par);
+        ew_tile_f(c->op, o, in[0], in[1], in[2], &c->par);
     } else if (c->dom == EW_DOM_D) {
-        ew_tile_d(c->op, c->nin, o, in[0], in[1], in[2], &c->par);
+        ew_tile_d(c->op, o, in[0], in[1], in[2], &c->par);
     } else {
-        int err = ew_tile_i(c->op, c->nin, o, in[0], in[1], in[2], len, &c->par);
+        int err = ew_tile_i(c->op, o, in[0], in[1], in[2], &c->par);
         if (err) { atomic_store_explicit(&c->err, err, memory_order_relaxed); return; }
     }
     if (odirect) return;
@@ -1011,22 +644,15 @@ static void ew_setup_params(ew_ctx *c, const tpu_kargs *a) {
     for (int k = 0; k < 6; k++) {
         p->ff[k] = (float)a->p.f[k];
         p->fd[k] = a->p.f[k];
-        p->fi[k] = ew_d2i(a->p.f[k]);
+        p->fi[k] = tpu_d2i(a->p.f[k]);
+        p->pi[k] = a->p.i[k];
     }
-    p->i0 = a->p.i[0];
-    p->elu_neg_d = a->p.f[0] * a->p.f[1];
-    p->elu_neg_f = (float)p->elu_neg_d;
-    p->lo = a->p.i[0] ? p->fi[0] : INT64_MIN;
-    p->hi = a->p.i[1] ? p->fi[1] : INT64_MAX;
-    p->has_min = a->p.i[0] != 0;
-    p->has_max = a->p.i[1] != 0;
     p->cbool = a->p.compute_dtype == TPU_BOOL;
-    p->exp_scalar = c->nin >= 2 && a->t[2].is_scalar;
     p->pow_mode = EW_POW_GENERIC;
-    if (c->op == TPU_OP_POW && p->exp_scalar) {
+    if (c->op == TPU_OP_POW && c->nin == 2 && a->t[2].is_scalar && c->dom != EW_DOM_I) {
         double e = a->t[2].f;
-        p->pow_mode = e == 0.5 ? EW_POW_SQRT : e == -0.5 ? EW_POW_RSQRT : e == -1 ? EW_POW_RECIP
-                    : e == 2 ? EW_POW_SQ : e == 3 ? EW_POW_CUBE : e == -2 ? EW_POW_RSQ : EW_POW_GENERIC;
+        p->pow_mode = e == -1 ? EW_POW_RECIP : e == 2 ? EW_POW_SQ : e == 3 ? EW_POW_CUBE
+                    : e == -2 ? EW_POW_RSQ : EW_POW_GENERIC;
     }
 }
 
@@ -1043,8 +669,8 @@ static tpu_status ew_setup_domain(ew_ctx *c, tpu_kargs *a) {
     if ((unsigned)cdt >= TPU_DTYPE_COUNT)
         return tpu_kernel_fail(a, "%s: bad compute dtype %d", tpu_op_name(a->op), (int)cdt);
     c->dom = cdt == TPU_F64 ? EW_DOM_D : tpu_dtype_is_float(cdt) ? EW_DOM_F
-           : ew_int_capable(a->op, a->p.i[0]) ? EW_DOM_I : EW_DOM_D;
-    if (c->dom != EW_DOM_I && ew_is_bitwise(a->op)) {
+           : tpu_op_infos[a->op].int_form ? EW_DOM_I : EW_DOM_D;
+    if (c->dom != EW_DOM_I && !(tpu_op_infos[a->op].dtypes & DT_FLOAT)) {
         tpu_kernel_fail(a, "%s: not supported for floating point compute dtype", tpu_op_name(a->op));
         return TPU_ERROR_NOT_SUPPORTED;
     }
@@ -1111,7 +737,7 @@ static tpu_status ew_setup(ew_ctx *c, tpu_kargs *a) {
     } else if (ew_raw_copy(c)) {
         c->chunk_max = INT64_MAX;
     }
-    atomic_init(&c->err, EW_ERR_NONE);
+    atomic_init(&c->err, TPU_EXPR_OK);
     return TPU_OK;
 }
 
@@ -1125,8 +751,7 @@ tpu_status tpu_k_elementwise(tpu_kargs *a) {
     }
     tpu_parallel_for((c.numel + EW_GRAIN - 1) / EW_GRAIN, 1, ew_blocks, &c);
     switch (atomic_load(&c.err)) {
-    case EW_ERR_ZERODIV: return tpu_kernel_fail(a, "ZeroDivisionError");
-    case EW_ERR_NEGPOW: return tpu_kernel_fail(a, "Integers to negative integer powers are not allowed.");
+    case TPU_EXPR_ERR_ZERODIV: return tpu_kernel_fail(a, "ZeroDivisionError");
     default: return TPU_OK;
     }
 }
