@@ -8,6 +8,8 @@
 // No math.
 #include "tpu_glue.h"
 
+#include <ATen/CPUGeneratorImpl.h>
+
 #include <ATen/EmptyTensor.h>
 #include <ATen/WrapDimUtils.h>
 #include <ATen/native/CPUFallback.h>
@@ -436,9 +438,40 @@ void note_cpu_fallback(const std::string& full) {
 }
 
 namespace {
+// A random op that falls back draws from the tpu generator, as native ones
+// do: its `Generator?` argument (absent, or a tpu generator, which a CPU
+// kernel would refuse) becomes a CPU generator seeded from the next
+// (seed, offset) of the tpu device's generator. torch.tpu.manual_seed then
+// makes fallback random ops reproducible, whatever the CPU RNG's state.
+void use_tpu_generator(const c10::FunctionSchema& schema, torch::jit::Stack* stack) {
+  const auto& args = schema.arguments();
+  const size_t base = stack->size() - args.size();
+  for (size_t i = 0; i < args.size(); i++) {
+    const auto& ty = args[i].real_type();
+
+    if (ty->kind() != c10::TypeKind::OptionalType ||
+        ty->castRaw<c10::OptionalType>()->getElementType()->kind() != c10::TypeKind::GeneratorType)
+      continue;
+    c10::IValue& iv = (*stack)[base + i];
+    std::optional<at::Generator> gen;
+    if (!iv.isNone()) gen = iv.toGenerator();
+    if (gen && gen->defined() && gen->device().type() == c10::DeviceType::CPU) continue;  // the caller's own
+    c10::DeviceIndex dev = gen && gen->defined() ? gen->device().index() : -1;
+    for (size_t k = base; k < stack->size() && dev < 0; k++)
+      if ((*stack)[k].isTensor() && (*stack)[k].toTensor().device().type() == c10::DeviceType::PrivateUse1)
+        dev = (*stack)[k].toTensor().device().index();
+    for (size_t k = base; k < stack->size() && dev < 0; k++)   // factory functions: device=tpu:N
+      if ((*stack)[k].isDevice() && (*stack)[k].toDevice().type() == c10::DeviceType::PrivateUse1)
+        dev = (*stack)[k].toDevice().index();
+    auto [seed, off] = philox_next(gen, dev);
+    iv = c10::IValue(at::detail::createCPUGenerator(seed ^ (off * 0x9E3779B97F4A7C15ULL + 0x632BE59BD9B4E019ULL)));
+  }
+}
+
 void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto& name = op.schema().operator_name();
   note_cpu_fallback(name.name + (name.overload_name.empty() ? "" : "." + name.overload_name));
+  use_tpu_generator(op.schema(), stack);
   at::native::cpu_fallback(op, stack);
 }
 } // namespace

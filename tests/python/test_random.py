@@ -354,3 +354,38 @@ def test_successive_draws_differ_and_seed_repeats():
     c = torch.rand(1000, device="tpu").cpu()
     assert not torch.equal(a, b) and torch.equal(a, c)
     assert (a == b).sum() < 5
+
+
+FALLBACK_RANDOM = {
+    "randperm": lambda g: torch.randperm(50, device="tpu", generator=g),
+    "multinomial": lambda g: torch.multinomial(torch.ones(6, device="tpu"), 3, generator=g),
+    "exponential_": lambda g: torch.empty(64, device="tpu").exponential_(generator=g),
+    "poisson": lambda g: torch.poisson(torch.full((64,), 3.0, device="tpu"), generator=g),
+    "cauchy_": lambda g: torch.empty(64, device="tpu").cauchy_(generator=g),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FALLBACK_RANDOM))
+def test_fallback_random_ops_follow_the_tpu_generator(name):
+    """Random ops that still run through the CPU fallback draw from the tpu
+    generator: torch.tpu.manual_seed (or a tpu Generator) makes them
+    reproducible whatever the CPU's RNG has done, and successive calls
+    differ. (A tpu Generator used to be refused by the CPU kernel.)"""
+    fn = FALLBACK_RANDOM[name]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.tpu.manual_seed(11)
+        torch.rand(7)                                     # the CPU RNG moves on
+        a, a2 = fn(None).cpu(), fn(None).cpu()
+        torch.tpu.manual_seed(11)
+        torch.rand(123)
+        b = fn(None).cpu()
+        torch.tpu.manual_seed(12)
+        c = fn(None).cpu()
+        g = torch.Generator("tpu").manual_seed(5)
+        d = fn(g).cpu()
+        g.manual_seed(5)
+        e = fn(g).cpu()
+    assert torch.equal(a, b)
+    assert not torch.equal(a, a2) and not torch.equal(a, c)
+    assert torch.equal(d, e)
