@@ -15,6 +15,7 @@
  * AMX tiles are detected but not used yet (no AMX host to validate on).
  * float64 uses a plain blocked loop. */
 #include "kernels/kernels-impl.h"
+#include "kernels/tile-impl.h"
 #include <immintrin.h>
 #include <stdlib.h>
 #include <string.h>
@@ -115,27 +116,6 @@ static inline const char *mat_ptr(const mat *m, int64_t r, int64_t c) {
     return m->base + (size_t)(r * m->rs + c * m->cs) * tpu_dtype_size(m->dt);
 }
 
-/* n elements starting at p, `stride` elements apart, converted to fp32
- * (the dtype switch is hoisted out of the loop). */
-static void gather_f32(const char *p, tpu_dtype dt, int64_t stride, int64_t n, float *out) {
-    switch (dt) {
-    case TPU_F32:
-        if (stride == 1) { memcpy(out, p, (size_t)n * sizeof(float)); return; }
-        for (int64_t i = 0; i < n; i++) out[i] = ((const float *)p)[i * stride];
-        return;
-    case TPU_BF16:
-        for (int64_t i = 0; i < n; i++) out[i] = tpu_bf16_to_f32(((const uint16_t *)p)[i * stride]);
-        return;
-    case TPU_F16:
-        for (int64_t i = 0; i < n; i++) out[i] = tpu_f16_to_f32(((const uint16_t *)p)[i * stride]);
-        return;
-    default: {
-        size_t es = tpu_dtype_size(dt);
-        for (int64_t i = 0; i < n; i++) out[i] = (float)tpu_load_f64(p + (size_t)(i * stride) * es, dt);
-    }
-    }
-}
-
 /* Split x into bf16 hi + bf16 lo (part: 0 = plain round, 1 = hi, 2 = lo). */
 static inline uint16_t to_bf16_part(float x, int part) {
     if (part == 0) return tpu_f32_to_bf16(x);
@@ -181,8 +161,9 @@ static void pack_b_panels(void *ctx, int64_t pb, int64_t pe) {
                 for (int64_t k = 0; k < kc; k += 2) {
                     memset(row, 0, sizeof row);
                     memset(row2, 0, sizeof row2);
-                    if (k0 + k < j->K) gather_f32(mat_ptr(&j->B, k0 + k, c0), j->B.dt, j->B.cs, nc, row);
-                    if (k0 + k + 1 < j->K) gather_f32(mat_ptr(&j->B, k0 + k + 1, c0), j->B.dt, j->B.cs, nc, row2);
+                    if (k0 + k < j->K) tpu_tile_load_f32(row, mat_ptr(&j->B, k0 + k, c0), j->B.cs, nc, j->B.dt);
+                    if (k0 + k + 1 < j->K)
+                        tpu_tile_load_f32(row2, mat_ptr(&j->B, k0 + k + 1, c0), j->B.cs, nc, j->B.dt);
                     for (int q = 0; q < NR; q++)
                         out[(k / 2) * NR + q] = (uint32_t)to_bf16_part(row[q], c->part) |
                                                 ((uint32_t)to_bf16_part(row2[q], c->part) << 16);
@@ -191,7 +172,7 @@ static void pack_b_panels(void *ctx, int64_t pb, int64_t pe) {
                 float *out = (float *)c->dst + bpack_index(j, kb, p);
                 for (int64_t k = 0; k < kc; k++) {
                     if (nc < NR) memset(out + k * NR, 0, NR * sizeof(float));
-                    gather_f32(mat_ptr(&j->B, k0 + k, c0), j->B.dt, j->B.cs, nc, out + k * NR);
+                    tpu_tile_load_f32(out + k * NR, mat_ptr(&j->B, k0 + k, c0), j->B.cs, nc, j->B.dt);
                 }
             }
         }
@@ -204,7 +185,7 @@ static void pack_a(const gemm_job *j, int64_t m0, int64_t mcp, int64_t k0, int64
         for (int r = 0; r < MR; r++) {
             int64_t row = m0 + s + r;
             int64_t kv = j->K - k0 < kc ? j->K - k0 : kc;       /* valid k in this block */
-            if (row < j->M && kv > 0) gather_f32(mat_ptr(&j->A, row, k0), j->A.dt, j->A.cs, kv, tmp);
+            if (row < j->M && kv > 0) tpu_tile_load_f32(tmp, mat_ptr(&j->A, row, k0), j->A.cs, kv, j->A.dt);
             else kv = 0;
             for (int64_t k = kv; k < kc; k++) tmp[k] = 0.0f;
             if (j->use_bf16) {
@@ -219,7 +200,8 @@ static void pack_a(const gemm_job *j, int64_t m0, int64_t mcp, int64_t k0, int64
     }
 }
 
-static void epilogue(const gemm_job *j, int64_t m0, int64_t mc, int64_t n0, int64_t nc, const float *acc, int64_t ldc) {
+/* acc (the task's scratch) becomes alpha*acc + beta*C in place, then is stored. */
+static void epilogue(const gemm_job *j, int64_t m0, int64_t mc, int64_t n0, int64_t nc, float *acc, int64_t ldc) {
     const tpu_kargs *a = j->a;
     const tpu_tensor *o = &a->t[0];
     const tpu_tensor *c = a->n > 3 ? &a->t[3] : NULL;
@@ -229,20 +211,17 @@ static void epilogue(const gemm_job *j, int64_t m0, int64_t mc, int64_t n0, int6
     for (int64_t r = 0; r < mc; r++) {
         int64_t i = m0 + r;
         char *orow = tpu_elem_ptr(o, j->batch * o->strides[0] + i * o->strides[1] + n0 * o->strides[2]);
-        const float *arow = acc + r * ldc;
-        if (plain) { memcpy(orow, arow, (size_t)nc * sizeof(float)); continue; }
-        for (int64_t q = 0; q < nc; q++) {
+        float *arow = acc + r * ldc;
+        for (int64_t q = 0; q < nc && !plain; q++) {
             float v = alpha * arow[q];
             if (c && beta != 0.0f) {
                 float cv = c->is_scalar ? (float)c->f :
                     (float)tpu_load_f64(tpu_elem_ptr(c, j->batch * c->strides[0] + i * c->strides[1] + (n0 + q) * c->strides[2]), (tpu_dtype)c->dtype);
                 v += beta * cv;
             }
-            char *dst = orow + (size_t)(q * o->strides[2]) * tpu_dtype_size(odt);
-            if (odt == TPU_F32) *(float *)dst = v;
-            else if (odt == TPU_BF16) *(uint16_t *)dst = tpu_f32_to_bf16(v);
-            else tpu_store_f64(dst, odt, v);
+            arow[q] = v;
         }
+        tpu_tile_store_f32(orow, o->strides[2], arow, nc, odt);
     }
 }
 
@@ -296,26 +275,30 @@ static void task(void *ctx, int64_t tb, int64_t te) {
     free(tmp);
 }
 
-/* float64 (and anything else): straightforward, exact in double. */
+/* float64 (and anything else): straightforward, exact in double. Rows of B
+ * and of the output move through double buffers. */
 static void gemm_f64_rows(void *ctx, int64_t rb, int64_t re) {
     gemm_job *j = ctx;
     const tpu_kargs *a = j->a;
     const tpu_tensor *o = &a->t[0], *c = a->n > 3 ? &a->t[3] : NULL;
-    double *row = malloc(sizeof(double) * (size_t)(j->N ? j->N : 1));
+    size_t N = (size_t)(j->N ? j->N : 1);
+    double *row = malloc(sizeof(double) * 2 * N), *brow = row + N;
     if (!row) return;
     for (int64_t i = rb; i < re; i++) {
         for (int64_t q = 0; q < j->N; q++) row[q] = 0;
         for (int64_t k = 0; k < j->K; k++) {
-            double av = tpu_load_f64(j->A.base + (size_t)(i * j->A.rs + k * j->A.cs) * tpu_dtype_size(j->A.dt), j->A.dt);
-            for (int64_t q = 0; q < j->N; q++)
-                row[q] += av * tpu_load_f64(j->B.base + (size_t)(k * j->B.rs + q * j->B.cs) * tpu_dtype_size(j->B.dt), j->B.dt);
+            double av = tpu_load_f64(mat_ptr(&j->A, i, k), j->A.dt);
+            tpu_tile_load_f64(brow, mat_ptr(&j->B, k, 0), j->B.cs, j->N, j->B.dt);
+            for (int64_t q = 0; q < j->N; q++) row[q] += av * brow[q];
         }
         for (int64_t q = 0; q < j->N; q++) {
             double v = a->p.f[0] * row[q];
             if (c && a->p.f[1] != 0.0)
                 v += a->p.f[1] * (c->is_scalar ? c->f : tpu_load_f64(tpu_elem_ptr(c, j->batch * c->strides[0] + i * c->strides[1] + q * c->strides[2]), (tpu_dtype)c->dtype));
-            tpu_store_f64(tpu_elem_ptr(o, j->batch * o->strides[0] + i * o->strides[1] + q * o->strides[2]), (tpu_dtype)o->dtype, v);
+            row[q] = v;
         }
+        tpu_tile_store_f64(tpu_elem_ptr(o, j->batch * o->strides[0] + i * o->strides[1]), o->strides[2], row, j->N,
+                           (tpu_dtype)o->dtype);
     }
     free(row);
 }

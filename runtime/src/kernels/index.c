@@ -13,6 +13,7 @@
  * over (outer position, block of inner positions), and each item runs k in
  * order: duplicate indices accumulate deterministically. */
 #include "kernels/kernels-impl.h"
+#include "kernels/tile-impl.h"
 #include <stdbool.h>
 #include <string.h>
 
@@ -22,11 +23,6 @@
 #else
 #define IX_CLONES TPU_TARGET_CLONES
 #endif
-
-typedef float vf8 __attribute__((vector_size(32)));
-typedef int32_t vi8 __attribute__((vector_size(32)));
-typedef uint32_t vu8 __attribute__((vector_size(32)));
-typedef uint16_t vh8 __attribute__((vector_size(16)));
 
 typedef struct ix_plan {
     tpu_op op;
@@ -50,6 +46,13 @@ static inline int64_t ix_get(const char *ib, tpu_dtype idt, int64_t off)
     return idt == TPU_I64 ? ((const int64_t *)ib)[off] : ((const int32_t *)ib)[off];
 }
 
+/* *q += a*s in float, rounded back to float16 (out of line: inlined, its
+ * conversions would keep ix_elem from being inlined into the run loops). */
+__attribute__((noinline)) static void ix_add_f16(uint16_t *q, uint16_t s, float a)
+{
+    *q = tpu_tile_f32_to_f16(tpu_tile_f16_to_f32(*q) + a * tpu_tile_f16_to_f32(s));
+}
+
 /* dst[d] (+)= src[s] for one element of dtype p->dt. */
 static inline void ix_elem(const ix_plan *p, int64_t d, int64_t s)
 {
@@ -65,11 +68,7 @@ static inline void ix_elem(const ix_plan *p, int64_t d, int64_t s)
         *q = tpu_f32_to_bf16(tpu_bf16_to_f32(*q) + (float)p->alpha * tpu_bf16_to_f32(((const uint16_t *)p->sb)[s]));
         break;
     }
-    case TPU_F16: {
-        uint16_t *q = (uint16_t *)p->db + d;
-        *q = tpu_f32_to_f16(tpu_f16_to_f32(*q) + (float)p->alpha * tpu_f16_to_f32(((const uint16_t *)p->sb)[s]));
-        break;
-    }
+    case TPU_F16: ix_add_f16((uint16_t *)p->db + d, ((const uint16_t *)p->sb)[s], (float)p->alpha); break;
     case TPU_I64: ((int64_t *)p->db)[d] += (int64_t)p->alpha * ((const int64_t *)p->sb)[s]; break;
     case TPU_I32: ((int32_t *)p->db)[d] += (int32_t)((int64_t)p->alpha * ((const int32_t *)p->sb)[s]); break;
     case TPU_I16: ((int16_t *)p->db)[d] += (int16_t)((int64_t)p->alpha * ((const int16_t *)p->sb)[s]); break;
@@ -98,17 +97,11 @@ IX_CLONES static void ix_axpy_bf16(uint16_t *d, const uint16_t *s, int64_t n, fl
 {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
-        vh8 hs, hd;
-        memcpy(&hs, s + i, sizeof hs);
-        memcpy(&hd, d + i, sizeof hd);
-        vf8 x = (vf8)(__builtin_convertvector(hs, vu8) << 16), y = (vf8)(__builtin_convertvector(hd, vu8) << 16);
+        vf8 x, y;
+        tpu_tile_vload_bf16x8(&x, s + i);
+        tpu_tile_vload_bf16x8(&y, d + i);
         y += a * x;
-        vu8 u = (vu8)y;
-        vu8 r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-        vi8 nan = (vi8)((u & 0x7fffffffu) > 0x7f800000u);
-        r = (vu8)((nan & (vi8)((u >> 16) | 0x40u)) | (~nan & (vi8)r));
-        hd = __builtin_convertvector(r, vh8);
-        memcpy(d + i, &hd, sizeof hd);
+        tpu_tile_vstore_bf16x8(d + i, &y);
     }
     for (; i < n; i++) d[i] = tpu_f32_to_bf16(tpu_bf16_to_f32(d[i]) + a * tpu_bf16_to_f32(s[i]));
 }

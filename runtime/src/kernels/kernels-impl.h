@@ -1,6 +1,8 @@
 /* kernels-impl.h - the kernels floor (runtime/src/kernels/): fast kernels by
  * family, the registry mapping op -> kernel (registry.c), and what every
  * family shares (compute.c): CPU features and the compute pool interface.
+ * Rows in and out of compute buffers (dtype conversion, vector types) are
+ * the tile layer's: tile-impl.h; branch-free float math: vmath-impl.h.
  * Uses only ref/ and base/; the device (vtpu/) sits above and hands the
  * kernels its compute pool at start-up (tpu_kernels_set_compute). */
 #ifndef TPU_KERNELS_IMPL_H

@@ -12,6 +12,7 @@
  * rows and partial dw/db column sums (float over LN_FLUSH rows, then double),
  * which are added in chunk order. */
 #include "kernels/kernels-impl.h"
+#include "kernels/tile-impl.h"
 #include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -25,13 +26,6 @@
 #define LN_INLINE static inline __attribute__((always_inline))
 #define LN_BWD_CHUNKS 16
 #define LN_FLUSH 32                    /* rows summed in float before adding into double */
-
-typedef float vf8 __attribute__((vector_size(32)));
-typedef float vf4 __attribute__((vector_size(16)));
-typedef double vd4 __attribute__((vector_size(32)));
-typedef int32_t vi8 __attribute__((vector_size(32)));
-typedef uint32_t vu8 __attribute__((vector_size(32)));
-typedef uint16_t vh8 __attribute__((vector_size(16)));
 
 LN_INLINE void vload(vf8 *v, const float *p) { memcpy(v, p, sizeof *v); }
 LN_INLINE void vstore(float *p, const vf8 *v) { memcpy(p, v, sizeof *v); }
@@ -264,83 +258,25 @@ static int64_t ln_row_base(const ln_map *m, const tpu_tensor *t, int64_t r)
     return off;
 }
 
-#define LN_GATHER(T, BT, CONV) do { \
-    const BT *s_ = (const BT *)t->base + base; \
-    if (tab) for (int64_t j_ = 0; j_ < n; j_++) ((T *)dst)[j_] = (T)CONV(s_[tab[j_]]); \
-    else for (int64_t j_ = 0; j_ < n; j_++) ((T *)dst)[j_] = (T)CONV(s_[j_]); \
-} while (0)
-#define LN_SCATTER(T, BT, CONV) do { \
-    BT *d_ = (BT *)t->base + base; \
-    if (tab) for (int64_t j_ = 0; j_ < n; j_++) d_[tab[j_]] = CONV(((const T *)src)[j_]); \
-    else for (int64_t j_ = 0; j_ < n; j_++) d_[j_] = CONV(((const T *)src)[j_]); \
-} while (0)
-#define LN_ID(x) (x)
-#define LN_TO_F32(x) ((float)(x))
-#define LN_TO_BF16(x) tpu_f32_to_bf16((float)(x))
-#define LN_TO_F16(x) tpu_f32_to_f16((float)(x))
-
-/* contiguous bf16 <-> float rows; rounding to nearest even, NaN kept quiet
- * (as tpu_f32_to_bf16) */
-LN_CLONES static void row_from_bf16(float *d, const uint16_t *s, int64_t n)
-{
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        vh8 h;
-        memcpy(&h, s + i, sizeof h);
-        vu8 u = __builtin_convertvector(h, vu8) << 16;
-        memcpy(d + i, &u, sizeof u);
-    }
-    for (; i < n; i++) d[i] = tpu_bf16_to_f32(s[i]);
-}
-
-LN_CLONES static void row_to_bf16(uint16_t *d, const float *s, int64_t n)
-{
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        vu8 u;
-        memcpy(&u, s + i, sizeof u);
-        vu8 r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-        vi8 nan = (vi8)((u & 0x7fffffffu) > 0x7f800000u);
-        r = (vu8)((nan & (vi8)((u >> 16) | 0x40u)) | (~nan & (vi8)r));
-        vh8 h = __builtin_convertvector(r, vh8);
-        memcpy(d + i, &h, sizeof h);
-    }
-    for (; i < n; i++) d[i] = tpu_f32_to_bf16(s[i]);
-}
-
 /* dst (float, or double if dbl) <- n elements at base (+tab[j] or +j) */
 static void ln_gather(void *dst, bool dbl, const tpu_tensor *t, int64_t base, const int64_t *tab, int64_t n)
 {
-    if (!dbl && !tab && t->dtype == TPU_BF16) {
-        row_from_bf16(dst, (const uint16_t *)t->base + base, n);
-        return;
-    }
-    switch (t->dtype) {
-    case TPU_F32: if (dbl) LN_GATHER(double, float, LN_ID); else LN_GATHER(float, float, LN_ID); break;
-    case TPU_F64: if (dbl) LN_GATHER(double, double, LN_ID); else LN_GATHER(float, double, LN_ID); break;
-    case TPU_BF16:
-        if (dbl) LN_GATHER(double, uint16_t, tpu_bf16_to_f32); else LN_GATHER(float, uint16_t, tpu_bf16_to_f32);
-        break;
-    case TPU_F16:
-        if (dbl) LN_GATHER(double, uint16_t, tpu_f16_to_f32); else LN_GATHER(float, uint16_t, tpu_f16_to_f32);
-        break;
-    default: break;
-    }
+    tpu_dtype dt = (tpu_dtype)t->dtype;
+    const char *p = (const char *)t->base + (size_t)base * tpu_dtype_size(dt);
+    if (dbl && tab) tpu_tile_load_f64_at(dst, p, tab, n, dt);
+    else if (dbl) tpu_tile_load_f64(dst, p, 1, n, dt);
+    else if (tab) tpu_tile_load_f32_at(dst, p, tab, n, dt);
+    else tpu_tile_load_f32(dst, p, 1, n, dt);
 }
 
 static void ln_scatter(const tpu_tensor *t, int64_t base, const int64_t *tab, const void *src, bool dbl, int64_t n)
 {
-    if (!dbl && !tab && t->dtype == TPU_BF16) {
-        row_to_bf16((uint16_t *)t->base + base, src, n);
-        return;
-    }
-    switch (t->dtype) {
-    case TPU_F32: if (dbl) LN_SCATTER(double, float, LN_TO_F32); else LN_SCATTER(float, float, LN_ID); break;
-    case TPU_F64: if (dbl) LN_SCATTER(double, double, LN_ID); else LN_SCATTER(float, double, LN_ID); break;
-    case TPU_BF16: if (dbl) LN_SCATTER(double, uint16_t, LN_TO_BF16); else LN_SCATTER(float, uint16_t, LN_TO_BF16); break;
-    case TPU_F16: if (dbl) LN_SCATTER(double, uint16_t, LN_TO_F16); else LN_SCATTER(float, uint16_t, LN_TO_F16); break;
-    default: break;
-    }
+    tpu_dtype dt = (tpu_dtype)t->dtype;
+    char *p = (char *)t->base + (size_t)base * tpu_dtype_size(dt);
+    if (dbl && tab) tpu_tile_store_f64_at(p, tab, src, n, dt);
+    else if (dbl) tpu_tile_store_f64(p, 1, src, n, dt);
+    else if (tab) tpu_tile_store_f32_at(p, tab, src, n, dt);
+    else tpu_tile_store_f32(p, 1, src, n, dt);
 }
 
 /* A row of t for reading: in place if possible, else gathered into buf. */

@@ -13,16 +13,12 @@
  * like torch's fused=True, not one rounding per op); f64 computes in double.
  * amsgrad is not supported. */
 #include "kernels/kernels-impl.h"
+#include "kernels/tile-impl.h"
 #include <immintrin.h>
 #include <math.h>
 #include <stdbool.h>
 #include <string.h>
 
-typedef float vf8 __attribute__((vector_size(32)));
-typedef int32_t vi8 __attribute__((vector_size(32)));
-typedef uint32_t vu8 __attribute__((vector_size(32)));
-typedef uint16_t vh8 __attribute__((vector_size(16)));
-#define VSPLAT(c) ((vf8){ (c), (c), (c), (c), (c), (c), (c), (c) })
 
 typedef struct adamw_c {
     float decay, w, beta2, omb2, bc2s, eps, nstep;             /* float scalars */
@@ -80,23 +76,6 @@ ADAMW_AVX2 void adamw_v8(const adamw_c *c, vf8 *p, vf8 *m, vf8 *v, const vf8 *g)
     *v = vv;
 }
 
-ADAMW_AVX2 void ld_bf16(vf8 *x, const uint16_t *p)
-{
-    vh8 h;
-    memcpy(&h, p, sizeof h);
-    *x = (vf8)(__builtin_convertvector(h, vu8) << 16);
-}
-
-ADAMW_AVX2 void st_bf16(uint16_t *p, const vf8 *x)
-{
-    vu8 u = (vu8)*x;
-    vu8 r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    vi8 nan = (vi8)((u & 0x7fffffffu) > 0x7f800000u);
-    r = (vu8)((nan & (vi8)((u >> 16) | 0x40u)) | (~nan & (vi8)r));
-    vh8 h = __builtin_convertvector(r, vh8);
-    memcpy(p, &h, sizeof h);
-}
-
 __attribute__((target("avx2"))) static int64_t adamw_f32_avx2(const adamw_c *c, float *p, float *m, float *v,
                                                                const float *g, int64_t n)
 {
@@ -121,14 +100,14 @@ __attribute__((target("avx2"))) static int64_t adamw_bf16_avx2(const adamw_c *c,
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
         vf8 pp, mm, vv, gg;
-        ld_bf16(&pp, p + i);
-        ld_bf16(&mm, m + i);
-        ld_bf16(&vv, v + i);
-        ld_bf16(&gg, g + i);
+        tpu_tile_vload_bf16x8(&pp, p + i);
+        tpu_tile_vload_bf16x8(&mm, m + i);
+        tpu_tile_vload_bf16x8(&vv, v + i);
+        tpu_tile_vload_bf16x8(&gg, g + i);
         adamw_v8(c, &pp, &mm, &vv, &gg);
-        st_bf16(p + i, &pp);
-        st_bf16(m + i, &mm);
-        st_bf16(v + i, &vv);
+        tpu_tile_vstore_bf16x8(p + i, &pp);
+        tpu_tile_vstore_bf16x8(m + i, &mm);
+        tpu_tile_vstore_bf16x8(v + i, &vv);
     }
     return i;
 }
@@ -151,21 +130,28 @@ static void adamw_bf16_contig(const adamw_c *c, uint16_t *p, uint16_t *m, uint16
     }
 }
 
-/* One element of any floating dtypes, through float or double. */
-static void adamw_any(const adamw_c *c, const tpu_tensor *t, const int64_t *off)
+/* A run of n <= TPU_TILE elements along the last dim, any floating dtypes
+ * and strides, through float (double for a float64 param) buffers. */
+static void adamw_run(const adamw_c *c, const tpu_tensor *t, const int64_t *off, int64_t n)
 {
-    void *ptr[4];
-    for (int k = 0; k < 4; k++) ptr[k] = tpu_elem_ptr(&t[k], off[k] - t[k].offset);
-    if (t[0].dtype == TPU_F64) {
-        double x[4];
-        for (int k = 0; k < 4; k++) x[k] = tpu_load_f64(ptr[k], (tpu_dtype)t[k].dtype);
-        adamw_d(c, &x[0], &x[1], &x[2], x[3]);
-        for (int k = 0; k < 3; k++) tpu_store_f64(ptr[k], (tpu_dtype)t[k].dtype, x[k]);
+    char *ptr[4];
+    int64_t st[4];
+    tpu_dtype dt[4];
+    for (int k = 0; k < 4; k++) {
+        ptr[k] = tpu_elem_ptr(&t[k], off[k] - t[k].offset);
+        st[k] = t[k].ndim ? t[k].strides[t[k].ndim - 1] : 0;
+        dt[k] = (tpu_dtype)t[k].dtype;
+    }
+    if (dt[0] == TPU_F64) {
+        double x[4][TPU_TILE];
+        for (int k = 0; k < 4; k++) tpu_tile_load_f64(x[k], ptr[k], st[k], n, dt[k]);
+        for (int64_t i = 0; i < n; i++) adamw_d(c, &x[0][i], &x[1][i], &x[2][i], x[3][i]);
+        for (int k = 0; k < 3; k++) tpu_tile_store_f64(ptr[k], st[k], x[k], n, dt[k]);
     } else {
-        float x[4];
-        for (int k = 0; k < 4; k++) x[k] = (float)tpu_load_f64(ptr[k], (tpu_dtype)t[k].dtype);
-        adamw_f(c, &x[0], &x[1], &x[2], x[3]);
-        for (int k = 0; k < 3; k++) tpu_store_f64(ptr[k], (tpu_dtype)t[k].dtype, x[k]);
+        float x[4][TPU_TILE];
+        for (int k = 0; k < 4; k++) tpu_tile_load_f32(x[k], ptr[k], st[k], n, dt[k]);
+        for (int64_t i = 0; i < n; i++) adamw_f(c, &x[0][i], &x[1][i], &x[2][i], x[3][i]);
+        for (int k = 0; k < 3; k++) tpu_tile_store_f32(ptr[k], st[k], x[k], n, dt[k]);
     }
 }
 
@@ -184,20 +170,27 @@ static void adamw_range(void *ctx, int64_t b, int64_t e)
                           e - b);
         return;
     }
+    int last = x->nd - 1;
     int64_t idx[TPU_MAX_DIMS], off[4], rem = b;
     for (int k = 0; k < 4; k++) off[k] = t[k].offset;
-    for (int d = x->nd - 1; d >= 0; d--) {
+    for (int d = last; d >= 0; d--) {
         idx[d] = rem % x->sizes[d];
         rem /= x->sizes[d];
         for (int k = 0; k < 4; k++) off[k] += idx[d] * t[k].strides[d];
     }
-    for (int64_t i = b; i < e; i++) {
-        adamw_any(&x->c, t, off);
-        for (int d = x->nd - 1; d >= 0; d--) {
-            for (int k = 0; k < 4; k++) off[k] += t[k].strides[d];
-            if (++idx[d] < x->sizes[d]) break;
-            for (int k = 0; k < 4; k++) off[k] -= idx[d] * t[k].strides[d];
+    for (int64_t i = b; i < e;) {
+        int64_t L = last < 0 ? 1 : x->sizes[last] - idx[last];
+        if (L > e - i) L = e - i;
+        if (L > TPU_TILE) L = TPU_TILE;
+        adamw_run(&x->c, t, off, L);
+        i += L;
+        if (last < 0) break;
+        idx[last] += L;
+        for (int k = 0; k < 4; k++) off[k] += L * t[k].strides[last];
+        for (int d = last; d > 0 && idx[d] == x->sizes[d]; d--) {     /* carry into the dims above */
+            for (int k = 0; k < 4; k++) off[k] += t[k].strides[d - 1] - idx[d] * t[k].strides[d];
             idx[d] = 0;
+            idx[d - 1]++;
         }
     }
 }

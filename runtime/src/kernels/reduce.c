@@ -25,28 +25,19 @@
  * Scans walk each line in order (inherently serial); when the scan runs across
  * a contiguous inner dim, RED_CHUNK lines advance together. */
 #include "kernels/kernels-impl.h"
+#include "kernels/tile-impl.h"
 #include <math.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define RED_CHUNK 256           /* gather buffer and column block */
+#define RED_CHUNK TPU_TILE      /* gather buffer and column block */
 #define RED_GRAIN 32768         /* input elements per parallel task */
 #define RED_SPLIT_MAX_OUT 16    /* at most this many outputs: split long reductions */
 #define RED_MIN_COLS 16         /* narrower kept inner dims use rows */
 #define RED_SHORT 16            /* reductions this short use columns even when strided */
 #define RED_L 8                 /* lanes per vector */
-
-#if defined(__x86_64__) && defined(__GNUC__)
-#define RED_CLONES TPU_TARGET_CLONES
-#else
-#define RED_CLONES
-#endif
-
-typedef double red_vd __attribute__((vector_size(64)));
-typedef int64_t red_vl __attribute__((vector_size(64)));
-typedef float red_vf __attribute__((vector_size(32)));
 
 /* One pass = a map of each element and a combine. */
 typedef enum red_code {
@@ -100,14 +91,14 @@ static double red_combine(red_code c, double a, double b) {
     }
 }
 
-#define RED_VZERO ((red_vd){ 0 })
-#define RED_SEL(m, a, b) ((red_vd)(((red_vl)(a) & (m)) | ((red_vl)(b) & ~(m))))
+#define RED_VZERO ((vd8){ 0 })
+#define RED_SEL(m, a, b) ((vd8)(((vl8)(a) & (m)) | ((vl8)(b) & ~(m))))
 #define RV_ADD(l, v) ((l) + (v))
 #define RV_MUL(l, v) ((l) * (v))
 #define RV_MAX(l, v) RED_SEL(((v) > (l)) | ((v) != (v)), (v), (l))
 #define RV_MIN(l, v) RED_SEL(((v) < (l)) | ((v) != (v)), (v), (l))
-#define RV_ABS(v) ((red_vd)((red_vl)(v) & (((red_vl){ 0 }) + INT64_MAX)))
-#define RV_NZ(v) __builtin_convertvector(-((v) != RED_VZERO), red_vd)
+#define RV_ABS(v) ((vd8)((vl8)(v) & (((vl8){ 0 }) + INT64_MAX)))
+#define RV_NZ(v) __builtin_convertvector(-((v) != RED_VZERO), vd8)
 #define RS_ADD(t, v) ((t) + (v))
 #define RS_MUL(t, v) ((t) * (v))
 #define RS_MAX(t, v) red_maxn((t), (v))
@@ -115,28 +106,28 @@ static double red_combine(red_code c, double a, double b) {
 
 /* Loads are macros: a function returning a 64-byte vector outside the
  * AVX-512 clone changes the ABI (and trips gcc 12). */
-#define RED_LDD(v, p) memcpy(&(v), (p), sizeof(red_vd))
-#define RED_STD(p, v) memcpy((p), &(v), sizeof(red_vd))
+#define RED_LDD(v, p) memcpy(&(v), (p), sizeof(vd8))
+#define RED_STD(p, v) memcpy((p), &(v), sizeof(vd8))
 #define RED_LDF(v, p) do {                                                   \
-        red_vf f_;                                                           \
+        vf8 f_;                                                           \
         memcpy(&f_, (p), sizeof f_);                                         \
-        (v) = __builtin_convertvector(f_, red_vd);                           \
+        (v) = __builtin_convertvector(f_, vd8);                           \
     } while (0)
 
 /* exp of 8 doubles: n = round(x / ln 2), r = x - n ln 2 in two parts, a
  * degree-13 Taylor series of exp(r) (|r| <= ln2 / 2: error below 1 ulp),
  * then 2^n applied in two steps so a subnormal result is rounded once. */
 #define RED_VEXP(y, x) do {                                                             \
-        const red_vd magic_ = RED_VZERO + 0x1.8p52;                                   \
-        red_vl nan_ = (x) != (x);                                                     \
-        red_vd xc_ = RED_SEL((x) > 710.0, RED_VZERO + 710.0, (x));                    \
+        const vd8 magic_ = RED_VZERO + 0x1.8p52;                                   \
+        vl8 nan_ = (x) != (x);                                                     \
+        vd8 xc_ = RED_SEL((x) > 710.0, RED_VZERO + 710.0, (x));                    \
         xc_ = RED_SEL(xc_ < -746.0, RED_VZERO - 746.0, xc_);                          \
         xc_ = RED_SEL(nan_, RED_VZERO, xc_);                                          \
-        red_vd t_ = xc_ * 1.4426950408889634074 + magic_, n_ = t_ - magic_;           \
-        red_vl ni_ = (red_vl)t_ - (red_vl)magic_, n1_ = ni_ >> 1, n2_ = ni_ - n1_;    \
-        red_vd r_ = xc_ - n_ * 6.93147180369123816490e-01;                            \
+        vd8 t_ = xc_ * 1.4426950408889634074 + magic_, n_ = t_ - magic_;           \
+        vl8 ni_ = (vl8)t_ - (vl8)magic_, n1_ = ni_ >> 1, n2_ = ni_ - n1_;    \
+        vd8 r_ = xc_ - n_ * 6.93147180369123816490e-01;                            \
         r_ = r_ - n_ * 1.90821492927058770002e-10;                                    \
-        red_vd p_ = RED_VZERO + 1.0 / 6227020800.0;                                   \
+        vd8 p_ = RED_VZERO + 1.0 / 6227020800.0;                                   \
         p_ = p_ * r_ + 1.0 / 479001600.0;                                             \
         p_ = p_ * r_ + 1.0 / 39916800.0;                                              \
         p_ = p_ * r_ + 1.0 / 3628800.0;                                               \
@@ -150,7 +141,7 @@ static double red_combine(red_code c, double a, double b) {
         p_ = p_ * r_ + 0.5;                                                           \
         p_ = p_ * r_ + 1.0;                                                           \
         p_ = p_ * r_ + 1.0;                                                           \
-        p_ = p_ * (red_vd)((n1_ + 1023) << 52) * (red_vd)((n2_ + 1023) << 52);        \
+        p_ = p_ * (vd8)((n1_ + 1023) << 52) * (vd8)((n2_ + 1023) << 52);        \
         p_ = RED_SEL((x) > 710.0, RED_VZERO + INFINITY, p_);                          \
         p_ = RED_SEL((x) < -746.0, RED_VZERO, p_);                                    \
         (y) = RED_SEL(nan_, (x), p_);                                                 \
@@ -158,7 +149,7 @@ static double red_combine(red_code c, double a, double b) {
 
 /* Fold n contiguous elements into acc: 4 vector accumulators, then lanes. */
 #define RED_ROW(ID, MAPV, MAPS, CV, CS) {                                               \
-        red_vd l0 = RED_VZERO + (ID), l1 = l0, l2 = l0, l3 = l0, v;                   \
+        vd8 l0 = RED_VZERO + (ID), l1 = l0, l2 = l0, l3 = l0, v;                   \
         double t = (ID);                                                              \
         int64_t i = 0;                                                                \
         for (; i + 4 * RED_L <= n; i += 4 * RED_L) {                                  \
@@ -180,7 +171,7 @@ static double red_combine(red_code c, double a, double b) {
 #define RED_COL(MAPV, MAPS, CV, CS) {                                                   \
         int64_t i = 0;                                                                \
         for (; i + RED_L <= n; i += RED_L) {                                          \
-            red_vd v, va, l;                                                          \
+            vd8 v, va, l;                                                          \
             LOADV(v, x + i);                                                          \
             RED_LDD(va, aux + i);                                                     \
             RED_LDD(l, acc + i);                                                      \
@@ -197,7 +188,7 @@ static double red_combine(red_code c, double a, double b) {
  * combine(m(x2), m(x3)))), a quarter of the accumulator traffic. */
 #define RED_COL4(MAPV, CV) {                                                            \
         for (int64_t i = 0; i < n; i += RED_L) {                                      \
-            red_vd v, va, l, a, b, c2;                                                \
+            vd8 v, va, l, a, b, c2;                                                \
             RED_LDD(va, aux + i);                                                     \
             (void)va;                                                                 \
             LOADV(v, x0 + i); a = (MAPV);                                             \
@@ -229,7 +220,7 @@ static ISA bool red_cols4_##SFX(red_code code, double *restrict acc, const ST *x
 }                                                                                      \
 static ISA double red_row_##SFX(red_code code, double acc, const ST *restrict x,        \
                                        int64_t n, double aux, double p) {              \
-    const red_vd va = RED_VZERO + aux;                                                 \
+    const vd8 va = RED_VZERO + aux;                                                 \
     switch (code) {                                                                    \
     case RC_SUM: RED_ROW(0, v, s, RV_ADD, RS_ADD)                                      \
     case RC_SUM_ABS: RED_ROW(0, RV_ABS(v), fabs(s), RV_ADD, RS_ADD)                    \
@@ -244,7 +235,7 @@ static ISA double red_row_##SFX(red_code code, double acc, const ST *restrict x,
     case RC_ANY: RED_ROW(0, RV_NZ(v), (double)(s != 0), RV_MAX, RS_MAX)                \
     case RC_ALL: RED_ROW(1, RV_NZ(v), (double)(s != 0), RV_MIN, RS_MIN)                \
     case RC_SUM_EXPSUB: {                                                               \
-        red_vd l = RED_VZERO, v, y;                                                    \
+        vd8 l = RED_VZERO, v, y;                                                    \
         double t = 0;                                                                  \
         int64_t i = 0;                                                                 \
         for (; i + RED_L <= n; i += RED_L) {                                           \
@@ -284,7 +275,7 @@ static ISA void red_cols_##SFX(red_code code, double *restrict acc,             
     case RC_SUM_EXPSUB: {                                                               \
         int64_t i = 0;                                                                 \
         for (; i + RED_L <= n; i += RED_L) {                                           \
-            red_vd v, va, l, y;                                                        \
+            vd8 v, va, l, y;                                                        \
             LOADV(v, x + i);                                                           \
             RED_LDD(va, aux + i);                                                      \
             RED_LDD(l, acc + i);                                                       \
@@ -380,110 +371,6 @@ static inline int64_t red_combine_i(red_code c, int64_t a, int64_t b) {
     }
 }
 
-/* ---- gather / scatter with dtype conversion ---- */
-
-/* float16 <-> float32 without library calls (same algorithm as
- * elementwise.c; bit-exact with the _Float16 casts, NaN payloads aside). */
-static inline uint32_t red_selu(int c, uint32_t a, uint32_t b) {
-    uint32_t m = -(uint32_t)c;
-    return (a & m) | (b & ~m);
-}
-static inline float red_h2f(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, em = h & 0x7fffu, r;
-    r = red_selu(em >= 0x7c00u, (em << 13) | 0x7f800000u, (em << 13) + 0x38000000u);
-    float sub = (float)(int32_t)em * 5.9604644775390625e-8f, out;
-    uint32_t sb;
-    memcpy(&sb, &sub, 4);
-    r = red_selu(em < 0x400u, sb, r) | sign;
-    memcpy(&out, &r, 4);
-    return out;
-}
-static inline uint16_t red_f2h(float f) {
-    uint32_t x, sub;
-    memcpy(&x, &f, 4);
-    uint32_t sign = x & 0x80000000u;
-    x ^= sign;
-    float xf;
-    memcpy(&xf, &x, 4);
-    xf += 0.5f;
-    memcpy(&sub, &xf, 4);
-    sub -= 0x3f000000u;
-    uint32_t nrm = (x + 0xc8000fffu + ((x >> 13) & 1u)) >> 13;
-    uint32_t o = red_selu(x < 0x38800000u, sub, nrm);
-    o = red_selu(x >= 0x47800000u, red_selu(x > 0x7f800000u, 0x7e00u, 0x7c00u), o);
-    return (uint16_t)((sign >> 16) | o);
-}
-
-
-#define RED_GATHER(TS, CONV) {                                                   \
-        const TS *q = (const TS *)s;                                             \
-        for (int64_t i = 0; i < n; i++) d[i] = CONV(q[i * st]);                  \
-    } break
-#define RED_CAST_D(v) ((double)(v))
-#define RED_CAST_I(v) ((int64_t)(v))
-#define RED_NZ_D(v) ((double)((v) != 0))
-#define RED_NZ_I(v) ((int64_t)((v) != 0))
-#define RED_H2D(v) ((double)red_h2f(v))
-#define RED_B2D(v) ((double)tpu_bf16_to_f32(v))
-#define RED_H2I(v) ((int64_t)red_h2f(v))
-#define RED_B2I(v) ((int64_t)tpu_bf16_to_f32(v))
-#define RED_GATHER_ALL(C, H, B, NZ)                                              \
-    switch (dt) {                                                                \
-    case TPU_F32: RED_GATHER(float, C);                                          \
-    case TPU_F64: RED_GATHER(double, C);                                         \
-    case TPU_F16: RED_GATHER(uint16_t, H);                                       \
-    case TPU_BF16: RED_GATHER(uint16_t, B);                                      \
-    case TPU_U8: RED_GATHER(uint8_t, C);                                         \
-    case TPU_I8: RED_GATHER(int8_t, C);                                          \
-    case TPU_I16: RED_GATHER(int16_t, C);                                        \
-    case TPU_I32: RED_GATHER(int32_t, C);                                        \
-    case TPU_I64: RED_GATHER(int64_t, C);                                        \
-    case TPU_BOOL: RED_GATHER(uint8_t, NZ);                                      \
-    default: break;                                                              \
-    }
-
-static RED_CLONES void red_load_d(double *restrict d, const char *s, int64_t st, int64_t n, tpu_dtype dt) {
-    RED_GATHER_ALL(RED_CAST_D, RED_H2D, RED_B2D, RED_NZ_D)
-}
-static RED_CLONES void red_load_i(int64_t *restrict d, const char *s, int64_t st, int64_t n, tpu_dtype dt) {
-    RED_GATHER_ALL(RED_CAST_I, RED_H2I, RED_B2I, RED_NZ_I)
-}
-
-#define RED_SCATTER(TD, CONV) {                                                  \
-        TD *q = (TD *)dst;                                                       \
-        for (int64_t i = 0; i < n; i++) q[i * st] = CONV(s[i]);                  \
-    } break
-#define RED_TO_F(v) ((float)(v))
-#define RED_TO_H(v) red_f2h((float)(v))
-#define RED_TO_B(v) tpu_f32_to_bf16((float)(v))
-#define RED_TO_U8(v) ((uint8_t)(int64_t)(v))
-#define RED_TO_I8(v) ((int8_t)(int64_t)(v))
-#define RED_TO_I16(v) ((int16_t)(int64_t)(v))
-#define RED_TO_I32(v) ((int32_t)(int64_t)(v))
-#define RED_TO_NZ(v) ((uint8_t)((v) != 0))
-#define RED_SCATTER_ALL                                                          \
-    switch (dt) {                                                                \
-    case TPU_F32: RED_SCATTER(float, RED_TO_F);                                  \
-    case TPU_F64: RED_SCATTER(double, RED_CAST_D);                               \
-    case TPU_F16: RED_SCATTER(uint16_t, RED_TO_H);                               \
-    case TPU_BF16: RED_SCATTER(uint16_t, RED_TO_B);                              \
-    case TPU_U8: RED_SCATTER(uint8_t, RED_TO_U8);                                \
-    case TPU_I8: RED_SCATTER(int8_t, RED_TO_I8);                                 \
-    case TPU_I16: RED_SCATTER(int16_t, RED_TO_I16);                              \
-    case TPU_I32: RED_SCATTER(int32_t, RED_TO_I32);                              \
-    case TPU_I64: RED_SCATTER(int64_t, RED_CAST_I);                              \
-    case TPU_BOOL: RED_SCATTER(uint8_t, RED_TO_NZ);                              \
-    default: break;                                                              \
-    }
-
-/* Same conversions as tpu_store_f64 / tpu_store_i64. */
-static RED_CLONES void red_store_d(char *dst, int64_t st, const double *restrict s, int64_t n, tpu_dtype dt) {
-    RED_SCATTER_ALL
-}
-static RED_CLONES void red_store_i(char *dst, int64_t st, const int64_t *restrict s, int64_t n, tpu_dtype dt) {
-    RED_SCATTER_ALL
-}
-
 /* ---- geometry ---- */
 
 /* Append dim (size, strides) to a group, merging with the previous dim when
@@ -557,7 +444,7 @@ static double red_fold_row(const red_ctx *c, red_code code, double acc, const ch
     double buf[RED_CHUNK];
     for (int64_t k = 0; k < n; k += RED_CHUNK) {
         int64_t m = n - k < RED_CHUNK ? n - k : RED_CHUNK;
-        red_load_d(buf, p + (size_t)(k * st) * c->ies, st, m, c->idt);
+        tpu_tile_load_f64(buf, p + (size_t)(k * st) * c->ies, st, m, c->idt);
         acc = red_row_d(code, acc, buf, m, aux, c->p);
     }
     return acc;
@@ -567,7 +454,7 @@ static int64_t red_fold_row_i(const red_ctx *c, red_code code, int64_t acc, cons
     int64_t buf[RED_CHUNK];
     for (int64_t k = 0; k < n; k += RED_CHUNK) {
         int64_t m = n - k < RED_CHUNK ? n - k : RED_CHUNK;
-        red_load_i(buf, p + (size_t)(k * st) * c->ies, st, m, c->idt);
+        tpu_tile_load_i64(buf, p + (size_t)(k * st) * c->ies, st, m, c->idt);
         for (int64_t i = 0; i < m; i++) acc = red_combine_i(code, acc, buf[i]);
     }
     return acc;
@@ -639,7 +526,7 @@ static int64_t red_arg_row_i(const red_ctx *c, int64_t in_off) {
     bool amax = c->op == TPU_OP_ARGMAX;
     for (int64_t k = 0; k < L; k += RED_CHUNK) {
         int64_t m = L - k < RED_CHUNK ? L - k : RED_CHUNK;
-        red_load_i(buf, c->in + (size_t)(in_off + k * st) * c->ies, st, m, c->idt);
+        tpu_tile_load_i64(buf, c->in + (size_t)(in_off + k * st) * c->ies, st, m, c->idt);
         for (int64_t i = 0; i < m; i++) {
             if (k + i > 0 && !(amax ? buf[i] > bi : buf[i] < bi)) continue;
             best = k + i;
@@ -655,7 +542,7 @@ static int64_t red_arg_row(const red_ctx *c, int64_t in_off) {
     double m = red_span(c, c->op == TPU_OP_ARGMAX ? RC_MAX : RC_MIN, in_off, 0, L, 0), buf[RED_CHUNK];
     for (int64_t k = 0; k < L; k += RED_CHUNK) {
         int64_t n = L - k < RED_CHUNK ? L - k : RED_CHUNK;
-        red_load_d(buf, c->in + (size_t)(in_off + k * st) * c->ies, st, n, c->idt);
+        tpu_tile_load_f64(buf, c->in + (size_t)(in_off + k * st) * c->ies, st, n, c->idt);
         for (int64_t i = 0; i < n; i++)
             if (red_is_arg_hit(buf[i], m)) return k + i;
     }
@@ -759,7 +646,7 @@ static void red_cols_pass(const red_ctx *c, red_code code, double *acc, int64_t 
         const char *p = c->in + (size_t)(in_off + red_red_offset(&c->g, r)) * c->ies;
         if (c->cst == 1 && c->idt == TPU_F32) { red_cols_f(code, acc, (const float *)p, m, aux, c->p); continue; }
         if (c->cst == 1 && c->idt == TPU_F64) { red_cols_d(code, acc, (const double *)p, m, aux, c->p); continue; }
-        red_load_d(buf, p, c->cst, m, c->idt);
+        tpu_tile_load_f64(buf, p, c->cst, m, c->idt);
         red_cols_d(code, acc, buf, m, aux, c->p);
     }
 }
@@ -768,7 +655,7 @@ static void red_cols_pass_i(const red_ctx *c, int64_t *acc, int64_t in_off, int6
     int64_t buf[RED_CHUNK];
     for (int64_t j = 0; j < m; j++) acc[j] = red_ident_i(c->c1);
     for (int64_t r = 0; r < c->g.nred; r++) {
-        red_load_i(buf, c->in + (size_t)(in_off + red_red_offset(&c->g, r)) * c->ies, c->cst, m, c->idt);
+        tpu_tile_load_i64(buf, c->in + (size_t)(in_off + red_red_offset(&c->g, r)) * c->ies, c->cst, m, c->idt);
         for (int64_t j = 0; j < m; j++) acc[j] = red_combine_i(c->c1, acc[j], buf[j]);
     }
 }
@@ -778,7 +665,7 @@ static void red_cols_arg_i(const red_ctx *c, int64_t *idx, int64_t in_off, int64
     int64_t best[RED_CHUNK], buf[RED_CHUNK];
     bool amax = c->op == TPU_OP_ARGMAX;
     for (int64_t r = 0; r < c->g.nred; r++) {
-        red_load_i(r ? buf : best, c->in + (size_t)(in_off + r * c->g.rin[0]) * c->ies, c->cst, m, c->idt);
+        tpu_tile_load_i64(r ? buf : best, c->in + (size_t)(in_off + r * c->g.rin[0]) * c->ies, c->cst, m, c->idt);
         for (int64_t j = 0; j < m && r == 0; j++) idx[j] = 0;
         for (int64_t j = 0; j < m && r > 0; j++) {
             if (!(amax ? buf[j] > best[j] : buf[j] < best[j])) continue;
@@ -795,7 +682,7 @@ static void red_cols_arg(const red_ctx *c, int64_t *idx, int64_t in_off, int64_t
     red_cols_pass(c, c->op == TPU_OP_ARGMAX ? RC_MAX : RC_MIN, ext, in_off, m, aux);
     int64_t left = m;
     for (int64_t r = 0; r < c->g.nred && left > 0; r++) {
-        red_load_d(buf, c->in + (size_t)(in_off + r * c->g.rin[0]) * c->ies, c->cst, m, c->idt);
+        tpu_tile_load_f64(buf, c->in + (size_t)(in_off + r * c->g.rin[0]) * c->ies, c->cst, m, c->idt);
         for (int64_t j = 0; j < m; j++) {
             if (found[j] || !red_is_arg_hit(buf[j], ext[j])) continue;
             idx[j] = r;
@@ -817,7 +704,7 @@ static void red_cols_block(const red_ctx *c, int64_t t) {
     if (c->arg || c->idom) {
         if (c->arg) red_cols_arg(c, acci, in_off, m);
         else red_cols_pass_i(c, acci, in_off, m);
-        red_store_i(dst, ost, acci, m, c->odt);
+        tpu_tile_store_i64(dst, ost, acci, m, c->odt);
         return;
     }
     red_cols_pass(c, c->c1, acc1, in_off, m, aux);
@@ -826,7 +713,7 @@ static void red_cols_block(const red_ctx *c, int64_t t) {
         red_cols_pass(c, c->c2, acc2, in_off, m, aux);
     }
     for (int64_t j = 0; j < m; j++) acc1[j] = red_finalize(c, acc1[j], c->two_pass ? acc2[j] : 0);
-    red_store_d(dst, ost, acc1, m, c->odt);
+    tpu_tile_store_f64(dst, ost, acc1, m, c->odt);
 }
 
 static void red_cols_task(void *ctx, int64_t b, int64_t e) {
@@ -962,16 +849,16 @@ static void scan_line(const scan_ctx *c, int64_t line) {
         const char *src = c->in + (size_t)(io + k * c->sin) * c->ies;
         char *dst = c->out + (size_t)(oo + k * c->sout) * c->oes;
         if (c->idom) {
-            red_load_i(bi, src, c->sin, m, c->idt);
+            tpu_tile_load_i64(bi, src, c->sin, m, c->idt);
             for (int64_t i = 0; i < m; i++) {
                 acci = c->prod ? acci * (uint64_t)bi[i] : acci + (uint64_t)bi[i];
                 bi[i] = (int64_t)acci;
             }
-            red_store_i(dst, c->sout, bi, m, c->odt);
+            tpu_tile_store_i64(dst, c->sout, bi, m, c->odt);
         } else {
-            red_load_d(bd, src, c->sin, m, c->idt);
+            tpu_tile_load_f64(bd, src, c->sin, m, c->idt);
             for (int64_t i = 0; i < m; i++) bd[i] = accd = c->prod ? accd * bd[i] : accd + bd[i];
-            red_store_d(dst, c->sout, bd, m, c->odt);
+            tpu_tile_store_f64(dst, c->sout, bd, m, c->odt);
         }
     }
 }
@@ -988,14 +875,14 @@ static void scan_columns(const scan_ctx *c, int64_t t) {
         const char *src = c->in + (size_t)(io + k * c->sin) * c->ies;
         char *dst = c->out + (size_t)(oo + k * c->sout) * c->oes;
         if (c->idom) {
-            red_load_i(bi, src, 1, m, c->idt);
+            tpu_tile_load_i64(bi, src, 1, m, c->idt);
             for (int64_t j = 0; j < m; j++)
                 acci[j] = (int64_t)(c->prod ? (uint64_t)acci[j] * (uint64_t)bi[j] : (uint64_t)acci[j] + (uint64_t)bi[j]);
-            red_store_i(dst, 1, acci, m, c->odt);
+            tpu_tile_store_i64(dst, 1, acci, m, c->odt);
         } else {
-            red_load_d(bd, src, 1, m, c->idt);
+            tpu_tile_load_f64(bd, src, 1, m, c->idt);
             for (int64_t j = 0; j < m; j++) accd[j] = c->prod ? accd[j] * bd[j] : accd[j] + bd[j];
-            red_store_d(dst, 1, accd, m, c->odt);
+            tpu_tile_store_f64(dst, 1, accd, m, c->odt);
         }
     }
 }

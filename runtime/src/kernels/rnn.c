@@ -25,6 +25,7 @@
  * branch-free exp of vmath-impl.h (about 1 ulp, vectorizable; PyTorch uses Sleef),
  * float64 in double with libm. Bias sums accumulate in double. */
 #include "kernels/kernels-impl.h"
+#include "kernels/tile-impl.h"
 #include "kernels/vmath-impl.h"
 #include <math.h>
 #include <stdbool.h>
@@ -164,47 +165,23 @@ static void run_load(const tpu_tensor *t, int64_t row, int64_t col, int n, bool 
         for (int j = 0; j < n; j++)
             if (dbl) dd[j] = t->f; else df[j] = (float)t->f;
     } else {
-        const char *base = t->base;
-        int64_t off = run_off(t, row, col), st = t->strides[t->ndim - 1];
         tpu_dtype dt = (tpu_dtype)t->dtype;
-        if (!dbl && dt == TPU_F32 && st == 1) {
-            memcpy(df, base + (size_t)off * 4, (size_t)n * 4);
-        } else if (dbl && dt == TPU_F64 && st == 1) {
-            memcpy(dd, base + (size_t)off * 8, (size_t)n * 8);
-        } else if (!dbl && dt == TPU_BF16) {
-            const uint16_t *p = (const uint16_t *)base + off;
-            for (int j = 0; j < n; j++) df[j] = tpu_bf16_to_f32(p[j * st]);
-        } else {
-            size_t es = tpu_dtype_size(dt);
-            for (int j = 0; j < n; j++) {
-                double v = tpu_load_f64(base + (size_t)(off + j * st) * es, dt);
-                if (dbl) dd[j] = v; else df[j] = (float)v;
-            }
-        }
+        const char *p = (const char *)t->base + (size_t)run_off(t, row, col) * tpu_dtype_size(dt);
+        int64_t st = t->strides[t->ndim - 1];
+        if (dbl) tpu_tile_load_f64(dd, p, st, n, dt);
+        else tpu_tile_load_f32(df, p, st, n, dt);
     }
     size_t es = dbl ? 8 : 4;
     memset((char *)dst + (size_t)n * es, 0, (size_t)(RNN_BLK - n) * es);
 }
 
-static void run_store(const tpu_tensor *t, int64_t row, int64_t col, int n, bool dbl, const void *src)
+static void run_store(const tpu_tensor *t, int64_t row, int64_t col, int64_t n, bool dbl, const void *src)
 {
-    const float *sf = src;
-    const double *sd = src;
-    char *base = t->base;
-    int64_t off = run_off(t, row, col), st = t->strides[t->ndim - 1];
     tpu_dtype dt = (tpu_dtype)t->dtype;
-    if (!dbl && dt == TPU_F32 && st == 1) {
-        memcpy(base + (size_t)off * 4, sf, (size_t)n * 4);
-    } else if (dbl && dt == TPU_F64 && st == 1) {
-        memcpy(base + (size_t)off * 8, sd, (size_t)n * 8);
-    } else if (!dbl && dt == TPU_BF16) {
-        uint16_t *p = (uint16_t *)base + off;
-        for (int j = 0; j < n; j++) p[j * st] = tpu_f32_to_bf16(sf[j]);
-    } else {
-        size_t es = tpu_dtype_size(dt);
-        for (int j = 0; j < n; j++)
-            tpu_store_f64(base + (size_t)(off + j * st) * es, dt, dbl ? sd[j] : (double)sf[j]);
-    }
+    char *p = (char *)t->base + (size_t)run_off(t, row, col) * tpu_dtype_size(dt);
+    int64_t st = t->strides[t->ndim - 1];
+    if (dbl) tpu_tile_store_f64(p, st, src, n, dt);
+    else tpu_tile_store_f32(p, st, src, n, dt);
 }
 
 /* ---- one launch ---- */
@@ -275,11 +252,7 @@ static void load_bias_terms(const rnn_job *j, int64_t p0, int64_t p1, rnn_bufs *
 static void store_sums(const rnn_job *j, const tpu_tensor *t, const double *acc, const int *from, int G,
                        int64_t p0, int64_t p1)
 {
-    size_t es = tpu_dtype_size((tpu_dtype)t->dtype);
-    for (int k = 0; k < G; k++)
-        for (int64_t c = p0; c < p1; c++)
-            tpu_store_f64((char *)t->base + (size_t)run_off(t, 0, c + k * j->H) * es, (tpu_dtype)t->dtype,
-                          acc[from[k] * RNN_PANEL + (c - p0)]);
+    for (int k = 0; k < G; k++) run_store(t, 0, p0 + k * j->H, p1 - p0, true, acc + from[k] * RNN_PANEL);
 }
 
 static const int gates_all[5] = { 0, 1, 2, 3, 4 };

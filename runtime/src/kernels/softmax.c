@@ -20,6 +20,7 @@
  * (about 1 ulp) that keeps NaN and gives 0 below -87.3; it is called on
  * x - max <= 0 and on log-probabilities. */
 #include "kernels/kernels-impl.h"
+#include "kernels/tile-impl.h"
 #include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -34,10 +35,10 @@
 
 /* SM_W float lanes: one AVX-512 register, two AVX2 registers. */
 #define SM_W 16
-typedef float vf __attribute__((vector_size(4 * SM_W)));
-typedef int32_t vi __attribute__((vector_size(4 * SM_W)));
-typedef uint32_t vu __attribute__((vector_size(4 * SM_W)));
-typedef uint16_t vh __attribute__((vector_size(2 * SM_W)));
+typedef vf16 vf;
+typedef vi16 vi;
+typedef vu16 vu;
+_Static_assert(sizeof(vf) == 4 * SM_W, "SM_W lanes per vector");
 
 #define VSPLAT(c) ((vf){ 0 } + (c))
 #define VSEL(m, a, b) ((vf)(((m) & (vi)(a)) | (~(m) & (vi)(b))))
@@ -46,26 +47,6 @@ typedef uint16_t vh __attribute__((vector_size(2 * SM_W)));
  * non-AVX clones, and these are always inlined anyway. */
 SM_INLINE void vload(vf *v, const float *p) { memcpy(v, p, sizeof *v); }
 SM_INLINE void vstore(float *p, const vf *v) { memcpy(p, v, sizeof *v); }
-
-/* SM_W bf16 <-> floats; rounding to nearest even, NaN kept quiet (as tpu_f32_to_bf16) */
-SM_INLINE void vload_bf16(vf *v, const uint16_t *p)
-{
-    vh h;
-    memcpy(&h, p, sizeof h);
-    vu u = __builtin_convertvector(h, vu) << 16;
-    *v = (vf)u;
-}
-
-SM_INLINE void vstore_bf16(uint16_t *p, const vf *v)
-{
-    vu u = (vu)*v;
-    vu r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    vi nan = (vi)((u & 0x7fffffffu) > 0x7f800000u);
-    vu q = (u >> 16) | 0x40u;
-    r = (vu)((nan & (vi)q) | (~nan & (vi)r));
-    vh h = __builtin_convertvector(r, vh);
-    memcpy(p, &h, sizeof h);
-}
 
 /* Sums: SM_W float lanes over blocks of SM_BLOCK elements, each block's
  * lanes added into a double. Short float chains keep the accuracy close to
@@ -304,13 +285,13 @@ typedef struct sm_cols {
 
 SM_INLINE void cload(vf *v, const sm_cols *c, int k, int64_t i)
 {
-    if (c->bf[k]) vload_bf16(v, (const uint16_t *)c->base[k] + i * c->st[k]);
+    if (c->bf[k]) tpu_tile_vload_bf16x16(v, (const uint16_t *)c->base[k] + i * c->st[k]);
     else vload(v, (const float *)c->base[k] + i * c->st[k]);
 }
 
 SM_INLINE void cstore(const sm_cols *c, int64_t i, const vf *v)
 {
-    if (c->bf[0]) vstore_bf16((uint16_t *)c->base[0] + i * c->st[0], v);
+    if (c->bf[0]) tpu_tile_vstore_bf16x16((uint16_t *)c->base[0] + i * c->st[0], v);
     else vstore((float *)c->base[0] + i * c->st[0], v);
 }
 
@@ -410,74 +391,21 @@ SM_CLONES static void cols_f(tpu_op op, const sm_cols *c, int64_t D)
 
 /* ---- strided line gather/scatter with dtype conversion ---- */
 
-#define SM_GATHER(T, BT, CONV) do { \
-    const BT *src_ = (const BT *)t->base + off; \
-    for (int64_t i_ = 0; i_ < n; i_++) ((T *)dst)[i_] = (T)CONV(src_[i_ * st]); \
-} while (0)
-#define SM_SCATTER(T, BT, CONV) do { \
-    BT *d_ = (BT *)t->base + off; \
-    for (int64_t i_ = 0; i_ < n; i_++) d_[i_ * st] = CONV(((const T *)src)[i_]); \
-} while (0)
-#define SM_ID(x) (x)
-#define SM_TO_F32(x) ((float)(x))
-#define SM_TO_BF16(x) tpu_f32_to_bf16((float)(x))
-#define SM_TO_F16(x) tpu_f32_to_f16((float)(x))
-
-SM_CLONES static void row_to_bf16(uint16_t *d, const float *s, int64_t n)
-{
-    int64_t i = 0;
-    for (; i + SM_W <= n; i += SM_W) {
-        vf v;
-        vload(&v, s + i);
-        vstore_bf16(d + i, &v);
-    }
-    for (; i < n; i++) d[i] = tpu_f32_to_bf16(s[i]);
-}
-
-SM_CLONES static void row_from_bf16(float *d, const uint16_t *s, int64_t n)
-{
-    int64_t i = 0;
-    for (; i + SM_W <= n; i += SM_W) {
-        vf v;
-        vload_bf16(&v, s + i);
-        vstore(d + i, &v);
-    }
-    for (; i < n; i++) d[i] = tpu_bf16_to_f32(s[i]);
-}
-
 /* dst (float, or double if dbl) <- n elements of t at element offset off, stride st */
 static void sm_gather(void *dst, bool dbl, const tpu_tensor *t, int64_t off, int64_t st, int64_t n)
 {
-    if (!dbl && t->dtype == TPU_BF16 && st == 1) {
-        row_from_bf16(dst, (const uint16_t *)t->base + off, n);
-        return;
-    }
-    switch (t->dtype) {
-    case TPU_F32: if (dbl) SM_GATHER(double, float, SM_ID); else SM_GATHER(float, float, SM_ID); break;
-    case TPU_F64: if (dbl) SM_GATHER(double, double, SM_ID); else SM_GATHER(float, double, SM_ID); break;
-    case TPU_BF16:
-        if (dbl) SM_GATHER(double, uint16_t, tpu_bf16_to_f32); else SM_GATHER(float, uint16_t, tpu_bf16_to_f32);
-        break;
-    case TPU_F16:
-        if (dbl) SM_GATHER(double, uint16_t, tpu_f16_to_f32); else SM_GATHER(float, uint16_t, tpu_f16_to_f32);
-        break;
-    default: break;
-    }
+    tpu_dtype dt = (tpu_dtype)t->dtype;
+    const char *p = (const char *)t->base + (size_t)off * tpu_dtype_size(dt);
+    if (dbl) tpu_tile_load_f64(dst, p, st, n, dt);
+    else tpu_tile_load_f32(dst, p, st, n, dt);
 }
 
 static void sm_scatter(const tpu_tensor *t, int64_t off, int64_t st, const void *src, bool dbl, int64_t n)
 {
-    if (!dbl && t->dtype == TPU_BF16 && st == 1) {
-        row_to_bf16((uint16_t *)t->base + off, src, n);
-        return;
-    }
-    switch (t->dtype) {
-    case TPU_F32: if (dbl) SM_SCATTER(double, float, SM_TO_F32); else SM_SCATTER(float, float, SM_ID); break;
-    case TPU_F64: if (dbl) SM_SCATTER(double, double, SM_ID); else SM_SCATTER(float, double, SM_ID); break;
-    case TPU_BF16: if (dbl) SM_SCATTER(double, uint16_t, SM_TO_BF16); else SM_SCATTER(float, uint16_t, SM_TO_BF16); break;
-    case TPU_F16: if (dbl) SM_SCATTER(double, uint16_t, SM_TO_F16); else SM_SCATTER(float, uint16_t, SM_TO_F16); break;
-    default: break;
-    }
+    tpu_dtype dt = (tpu_dtype)t->dtype;
+    char *p = (char *)t->base + (size_t)off * tpu_dtype_size(dt);
+    if (dbl) tpu_tile_store_f64(p, st, src, n, dt);
+    else tpu_tile_store_f32(p, st, src, n, dt);
 }
 
 /* ---- the line loop ---- */
