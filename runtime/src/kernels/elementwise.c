@@ -31,13 +31,14 @@
  * block may start anywhere in a row. */
 #include "kernels/kernels-impl.h"
 #include "kernels/vmath-impl.h"
+#include "kernels/tile-impl.h"
 #include "base/expr-impl.h"
 #include <math.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <string.h>
 
-#define EW_TILE 256
+#define EW_TILE TPU_TILE
 #define EW_GRAIN 32768
 #define EW_NOP 4                        /* output + up to 3 inputs */
 #define EW_SQRT1_2 0.70710678118654752440   /* GELU: 1/sqrt(2) */
@@ -98,30 +99,6 @@ EW_INLINE double ew_b2d(int64_t i) { double f; memcpy(&f, &i, 8); return f; }
 EW_INLINE double ew_seld(int c, double a, double b) {
     int64_t m = -(int64_t)c;
     return ew_b2d((ew_d2b(a) & m) | (ew_d2b(b) & ~m));
-}
-
-/* float16 <-> float32, bit-exact with the _Float16 casts of kernels-impl.h
- * (NaN payloads aside) but branch-free, so the conversion loops vectorize
- * (the casts are library calls without F16C). Checked on all inputs. */
-EW_INLINE uint32_t ew_selu(int c, uint32_t a, uint32_t b) {
-    uint32_t m = -(uint32_t)c;
-    return (a & m) | (b & ~m);
-}
-EW_INLINE float ew_h2f(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, em = h & 0x7fffu;
-    uint32_t r = ew_selu(em >= 0x7c00u, (em << 13) | 0x7f800000u, (em << 13) + 0x38000000u);
-    float sub = (float)(int32_t)em * 5.9604644775390625e-8f;    /* subnormal: em * 2^-24 */
-    r = ew_selu(em < 0x400u, (uint32_t)ew_f2b(sub), r);
-    return ew_b2f((int32_t)(r | sign));
-}
-EW_INLINE uint16_t ew_f2h(float f) {
-    uint32_t x = (uint32_t)ew_f2b(f), sign = x & 0x80000000u;
-    x ^= sign;
-    uint32_t sub = (uint32_t)ew_f2b(ew_b2f((int32_t)x) + 0.5f) - 0x3f000000u;   /* rounds in the add */
-    uint32_t nrm = (x + 0xc8000fffu + ((x >> 13) & 1u)) >> 13;                   /* rebias, round to even */
-    uint32_t o = ew_selu(x < 0x38800000u, sub, nrm);
-    o = ew_selu(x >= 0x47800000u, ew_selu(x > 0x7f800000u, 0x7e00u, 0x7c00u), o);
-    return (uint16_t)((sign >> 16) | o);
 }
 
 /* expm1: Taylor series near 0 (where exp(x) - 1 cancels), else exp(x) - 1. */
@@ -313,92 +290,6 @@ static EW_CLONES int ew_tile_i(tpu_op op, int64_t *restrict O, const int64_t *re
 #undef TPU_EXPR_BODY
 #undef TPU_EXPR_PARAM_I
 
-/* ---- gather (load + convert) and scatter (convert + store) ---- */
-
-/* A whole contiguous tile gets its own fixed-count loop so that it vectorizes. */
-#define EW_GATHER(TS, CONV) {                                                \
-        const TS *q = (const TS *)s;                                         \
-        if (st == 1 && n == EW_TILE)                                         \
-            for (int i = 0; i < EW_TILE; i++) d[i] = CONV(q[i]);             \
-        else                                                                 \
-            for (int i = 0; i < n; i++) d[i] = CONV(q[(int64_t)i * st]);     \
-    } break
-#define EW_SCATTER(TD, CONV) {                                               \
-        TD *q = (TD *)dst;                                                   \
-        if (st == 1 && n == EW_TILE)                                         \
-            for (int i = 0; i < EW_TILE; i++) q[i] = CONV(s[i]);             \
-        else                                                                 \
-            for (int i = 0; i < n; i++) q[(int64_t)i * st] = CONV(s[i]);     \
-    } break
-#define EW_CAST_F(v) ((float)(v))
-#define EW_CAST_D(v) ((double)(v))
-#define EW_CAST_I(v) ((int64_t)(v))
-#define EW_NZ(v) ((v) != 0)
-#define EW_F16(v) ew_h2f(v)
-#define EW_BF16(v) tpu_bf16_to_f32(v)
-#define EW_TO_F16(v) ew_f2h((float)(v))
-#define EW_TO_BF16(v) tpu_f32_to_bf16((float)(v))
-
-/* Every dtype into one compute type; CF converts from float types, CI from
- * integer types, CH wraps the half conversions, CB loads bool (nonzero = 1). */
-#define EW_GATHER_ALL(CF, CI, CH, CB)                                        \
-    switch (dt) {                                                            \
-    case TPU_F32: EW_GATHER(float, CF);                                      \
-    case TPU_F64: EW_GATHER(double, CF);                                     \
-    case TPU_F16: EW_GATHER(uint16_t, CH(EW_F16));                           \
-    case TPU_BF16: EW_GATHER(uint16_t, CH(EW_BF16));                         \
-    case TPU_U8: EW_GATHER(uint8_t, CI);                                     \
-    case TPU_I8: EW_GATHER(int8_t, CI);                                      \
-    case TPU_I16: EW_GATHER(int16_t, CI);                                    \
-    case TPU_I32: EW_GATHER(int32_t, CI);                                    \
-    case TPU_I64: EW_GATHER(int64_t, CI);                                    \
-    case TPU_BOOL: EW_GATHER(uint8_t, CB);                                   \
-    default: break;                                                          \
-    }
-
-#define EW_HALF_F(CONV) CONV
-#define EW_HALF_I(CONV) (int64_t)CONV
-#define EW_BOOL_F(v) ((float)((v) != 0))
-#define EW_BOOL_D(v) ((double)((v) != 0))
-#define EW_BOOL_I(v) ((int64_t)((v) != 0))
-static EW_CLONES void ew_load_f(float *restrict d, const char *s, int64_t st, int n, tpu_dtype dt) {
-    if (dt == TPU_F32 && st == 1) { memcpy(d, s, (size_t)n * 4); return; }
-    EW_GATHER_ALL(EW_CAST_F, EW_CAST_F, EW_HALF_F, EW_BOOL_F)
-}
-static EW_CLONES void ew_load_d(double *restrict d, const char *s, int64_t st, int n, tpu_dtype dt) {
-    EW_GATHER_ALL(EW_CAST_D, EW_CAST_D, EW_HALF_F, EW_BOOL_D)
-}
-static EW_CLONES void ew_load_i(int64_t *restrict d, const char *s, int64_t st, int n, tpu_dtype dt) {
-    EW_GATHER_ALL(EW_CAST_I, EW_CAST_I, EW_HALF_I, EW_BOOL_I)
-}
-
-/* Float to integer dtypes goes through int64 like tpu_store_f64. */
-#define EW_STORE_ALL(TOI)                                                    \
-    switch (dt) {                                                            \
-    case TPU_F32: EW_SCATTER(float, EW_CAST_F);                              \
-    case TPU_F64: EW_SCATTER(double, EW_CAST_D);                             \
-    case TPU_F16: EW_SCATTER(uint16_t, EW_TO_F16);                           \
-    case TPU_BF16: EW_SCATTER(uint16_t, EW_TO_BF16);                         \
-    case TPU_U8: EW_SCATTER(uint8_t, (uint8_t)TOI);                          \
-    case TPU_I8: EW_SCATTER(int8_t, (int8_t)TOI);                            \
-    case TPU_I16: EW_SCATTER(int16_t, (int16_t)TOI);                         \
-    case TPU_I32: EW_SCATTER(int32_t, (int32_t)TOI);                         \
-    case TPU_I64: EW_SCATTER(int64_t, TOI);                                  \
-    case TPU_BOOL: EW_SCATTER(uint8_t, EW_NZ);                               \
-    default: break;                                                          \
-    }
-
-static EW_CLONES void ew_store_f(char *dst, int64_t st, const float *restrict s, int n, tpu_dtype dt) {
-    if (dt == TPU_F32 && st == 1) { memcpy(dst, s, (size_t)n * 4); return; }
-    EW_STORE_ALL(EW_CAST_I)
-}
-static EW_CLONES void ew_store_d(char *dst, int64_t st, const double *restrict s, int n, tpu_dtype dt) {
-    EW_STORE_ALL(EW_CAST_I)
-}
-static EW_CLONES void ew_store_i(char *dst, int64_t st, const int64_t *restrict s, int n, tpu_dtype dt) {
-    EW_STORE_ALL(EW_CAST_I)
-}
-
 /* ---- the tile walker ---- */
 
 static void *ew_buf(ew_ctx *c, ew_bufs *b, int k) {
@@ -406,9 +297,9 @@ static void *ew_buf(ew_ctx *c, ew_bufs *b, int k) {
 }
 
 static void ew_load(ew_ctx *c, void *d, const char *s, int64_t st, int n, tpu_dtype dt) {
-    if (c->dom == EW_DOM_F) ew_load_f(d, s, st, n, dt);
-    else if (c->dom == EW_DOM_D) ew_load_d(d, s, st, n, dt);
-    else ew_load_i(d, s, st, n, dt);
+    if (c->dom == EW_DOM_F) tpu_tile_load_f32(d, s, st, n, dt);
+    else if (c->dom == EW_DOM_D) tpu_tile_load_f64(d, s, st, n, dt);
+    else tpu_tile_load_i64(d, s, st, n, dt);
 }
 
 static void ew_prefill_scalars(ew_ctx *c, ew_bufs *b) {
@@ -466,9 +357,9 @@ static void ew_compute_tile(ew_ctx *c, ew_bufs *b, const int64_t *off, int64_t i
         if (err) { atomic_store_explicit(&c->err, err, memory_order_relaxed); return; }
     }
     if (odirect) return;
-    if (c->dom == EW_DOM_F) ew_store_f(dst, s0, o, len, c->dt[0]);
-    else if (c->dom == EW_DOM_D) ew_store_d(dst, s0, o, len, c->dt[0]);
-    else ew_store_i(dst, s0, o, len, c->dt[0]);
+    if (c->dom == EW_DOM_F) tpu_tile_store_f32(dst, s0, o, len, c->dt[0]);
+    else if (c->dom == EW_DOM_D) tpu_tile_store_f64(dst, s0, o, len, c->dt[0]);
+    else tpu_tile_store_i64(dst, s0, o, len, c->dt[0]);
 }
 
 /* FILL: replicate the value's bytes along the row. */
