@@ -93,14 +93,6 @@ typedef union ew_bufs {
 
 /* ---- branch-free float helpers (vectorizable) ---- */
 
-EW_INLINE int64_t ew_d2b(double f) { int64_t i; memcpy(&i, &f, 8); return i; }
-EW_INLINE double ew_b2d(int64_t i) { double f; memcpy(&f, &i, 8); return f; }
-
-EW_INLINE double ew_seld(int c, double a, double b) {
-    int64_t m = -(int64_t)c;
-    return ew_b2d((ew_d2b(a) & m) | (ew_d2b(b) & ~m));
-}
-
 /* expm1: Taylor series near 0 (where exp(x) - 1 cancels), else exp(x) - 1. */
 EW_INLINE float ew_expm1f(float x) {
     float q = x * (1.0f / 40320.0f) + (1.0f / 5040.0f);

@@ -311,7 +311,9 @@ tpu_status tpu_k_index(tpu_kargs *a)
     ix_view(&ix, &a->t[scatter ? 1 : 2]);
     ix_view(&x, &a->t[scatter ? 2 : 1]);
     const char *name = tpu_op_name(a->op);
-    int64_t dim = a->p.i[0];
+    /* INDEX_ADD's columns: dim as in the other three, plus alpha (INDEX_ADD only) */
+    tpu_args_INDEX_ADD q = tpu_unpack_INDEX_ADD(&a->p);
+    int64_t dim = q.dim;
     if (dim < 0 || dim >= out.ndim)
         return tpu_kernel_fail(a, "%s: dim %lld out of range for a %d-d tensor", name, (long long)dim, a->t[0].ndim);
     if (ix.dtype != TPU_I64 && ix.dtype != TPU_I32)
@@ -342,7 +344,7 @@ tpu_status tpu_k_index(tpu_kargs *a)
     p.dt = (tpu_dtype)out.dtype;
     p.idt = (tpu_dtype)ix.dtype;
     p.es = tpu_dtype_size(p.dt);
-    p.alpha = a->op == TPU_OP_INDEX_ADD ? a->p.f[0] : 1.0;
+    p.alpha = a->op == TPU_OP_INDEX_ADD ? q.alpha : 1.0;
     const tpu_tensor *shape = a->op == TPU_OP_INDEX_SELECT ? &out : a->op == TPU_OP_INDEX_ADD ? &x : &ix;
     const tpu_tensor *rd = &x;         /* the tensor read (src side) */
     p.db = out.base;

@@ -28,7 +28,7 @@ static int64_t ld_target(const tpu_tensor *t, int64_t i)
 
 /* Shape from x (forward) or grad_x (backward); checks targets and weight. */
 static tpu_status nll_prepare(tpu_kargs *a, const tpu_tensor *x, const tpu_tensor *tg, const tpu_tensor *w,
-                              nll_shape *s)
+                              int64_t ignore, nll_shape *s)
 {
     const char *name = tpu_op_name(a->op);
     if (x->is_scalar || (x->ndim != 1 && x->ndim != 2) || !tpu_dtype_is_float((tpu_dtype)x->dtype))
@@ -49,7 +49,6 @@ static tpu_status nll_prepare(tpu_kargs *a, const tpu_tensor *x, const tpu_tenso
     s->tsn = tnd == 1 ? tg->strides[0] : 0;
     if (w && (w->is_scalar || tpu_tensor_numel(w) != s->C))
         return tpu_kernel_fail(a, "%s: weight must have %lld elements (one per class)", name, (long long)s->C);
-    int64_t ignore = a->p.i[1];
     for (int64_t n = 0; n < s->N; n++) {
         int64_t t = ld_target(tg, n * s->tsn);
         if (t != ignore && (t < 0 || t >= s->C))
@@ -62,9 +61,10 @@ static tpu_status nll_forward(tpu_kargs *a)
 {
     const tpu_tensor *loss = &a->t[0], *tw_out = &a->t[1], *x = &a->t[2], *tg = &a->t[3];
     const tpu_tensor *w = a->n == 5 ? &a->t[4] : NULL;
-    int64_t reduction = a->p.i[0], ignore = a->p.i[1];
+    tpu_args_NLL_LOSS q = tpu_unpack_NLL_LOSS(&a->p);
+    int64_t reduction = q.reduction, ignore = q.ignore_index;
     nll_shape s;
-    tpu_status st = nll_prepare(a, x, tg, w, &s);
+    tpu_status st = nll_prepare(a, x, tg, w, ignore, &s);
     if (st != TPU_OK) return st;
 
     if (reduction == 0 && x->ndim == 2) {
@@ -115,9 +115,10 @@ static tpu_status nll_backward(tpu_kargs *a)
 {
     const tpu_tensor *gx = &a->t[0], *gout = &a->t[1], *tg = &a->t[2], *twt = &a->t[3];
     const tpu_tensor *w = a->n == 5 ? &a->t[4] : NULL;
-    int64_t reduction = a->p.i[0], ignore = a->p.i[1];
+    tpu_args_NLL_LOSS_BWD q = tpu_unpack_NLL_LOSS_BWD(&a->p);
+    int64_t reduction = q.reduction, ignore = q.ignore_index;
     nll_shape s;
-    tpu_status st = nll_prepare(a, gx, tg, w, &s);
+    tpu_status st = nll_prepare(a, gx, tg, w, ignore, &s);
     if (st != TPU_OK) return st;
     bool per_sample = reduction == 0 && gx->ndim == 2;
     if (per_sample && (gout->is_scalar || gout->ndim != 1 || gout->sizes[0] != s.N))

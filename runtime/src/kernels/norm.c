@@ -395,8 +395,9 @@ static int64_t ln_rows(const tpu_tensor *x, int k)
 
 static tpu_status ln_forward(tpu_kargs *a)
 {
-    int64_t M = a->p.i[0];
-    bool has_w = a->p.i[1] != 0, has_b = a->p.i[2] != 0;
+    tpu_args_LAYER_NORM q = tpu_unpack_LAYER_NORM(&a->p);
+    int64_t M = q.cols;
+    bool has_w = q.has_weight != 0, has_b = q.has_bias != 0;
     if (a->n != 4 + has_w + has_b)
         return tpu_kernel_fail(a, "layer_norm: %d operands, expected %d", a->n, 4 + has_w + has_b);
     ln_fwd f;
@@ -404,7 +405,7 @@ static tpu_status ln_forward(tpu_kargs *a)
     f.a = a;
     f.y = &a->t[0]; f.mean = &a->t[1]; f.rstd = &a->t[2]; f.x = &a->t[3];
     f.M = M;
-    f.eps = a->p.f[0];
+    f.eps = q.eps;
     f.dbl = f.y->dtype == TPU_F64;
     int k;
     tpu_status st = ln_check(a, f.x, M, &k);
@@ -547,7 +548,7 @@ static tpu_status ln_backward(tpu_kargs *a)
     const tpu_tensor *dw = &a->t[1], *db = &a->t[2];
     b.a = a;
     b.dx = &a->t[0]; b.grad = &a->t[3]; b.x = &a->t[4]; b.mean = &a->t[5]; b.rstd = &a->t[6];
-    b.M = a->p.i[0];
+    b.M = tpu_unpack_LAYER_NORM_BWD(&a->p).cols;
     b.want_dx = !b.dx->is_scalar;
     b.want_dwdb = !dw->is_scalar || !db->is_scalar;
     b.dbl = b.x->dtype == TPU_F64;

@@ -209,11 +209,12 @@ static tpu_status adamw_step(tpu_kargs *a)
 {
     const tpu_tensor *t = a->t;
     if (a->n != 4) return tpu_kernel_fail(a, "adamw_step: %d operands, expected 4", a->n);
-    if (a->p.i[1] != 0) {
+    tpu_args_ADAMW_STEP q = tpu_unpack_ADAMW_STEP(&a->p);
+    if (q.amsgrad != 0) {
         tpu_kernel_fail(a, "adamw_step: amsgrad is not supported");
         return TPU_ERROR_NOT_SUPPORTED;
     }
-    if (a->p.i[0] < 1) return tpu_kernel_fail(a, "adamw_step: step must be >= 1, got %lld", (long long)a->p.i[0]);
+    if (q.step < 1) return tpu_kernel_fail(a, "adamw_step: step must be >= 1, got %lld", (long long)q.step);
     for (int k = 0; k < 4; k++) {
         if (t[k].is_scalar || !tpu_dtype_is_float((tpu_dtype)t[k].dtype) || t[k].ndim != t[0].ndim)
             return tpu_kernel_fail(a, "adamw_step: operand %d must be a floating tensor shaped like param", k);
@@ -222,8 +223,8 @@ static tpu_status adamw_step(tpu_kargs *a)
                 return tpu_kernel_fail(a, "adamw_step: operand %d size %lld differs from param size %lld at dim %d",
                                        k, (long long)t[k].sizes[d], (long long)t[0].sizes[d], d);
     }
-    double lr = a->p.f[0], beta1 = a->p.f[1], beta2 = a->p.f[2], eps = a->p.f[3], wd = a->p.f[4];
-    double step = (double)a->p.i[0];
+    double lr = q.lr, beta1 = q.beta1, beta2 = q.beta2, eps = q.eps, wd = q.weight_decay;
+    double step = (double)q.step;
     double bc1 = 1.0 - pow(beta1, step), bc2 = 1.0 - pow(beta2, step);
     adamw_ctx x;
     memset(&x, 0, sizeof x);

@@ -22,7 +22,7 @@ static void chunk(void *ctx, int64_t b, int64_t e) {
     tpu_rand_cache cache = { 0 };
     bool scalar_p = a->op != TPU_OP_RAND_BERNOULLI || a->n < 2 || a->t[1].is_scalar;
     if (is_contiguous(o) && scalar_p && (o->dtype == TPU_F32 || o->dtype == TPU_BOOL)) {
-        double p = a->n > 1 ? a->t[1].f : a->p.f[0];
+        double p = a->n > 1 ? a->t[1].f : tpu_unpack_RAND_BERNOULLI(&a->p).p;   /* used by bernoulli only */
         for (int64_t i = b; i < e; i++) {
             double fv = 0;
             int64_t iv = 0;

@@ -723,8 +723,8 @@ static void red_cols_task(void *ctx, int64_t b, int64_t e) {
 /* ---- setup ---- */
 
 static void red_setup_codes(red_ctx *c, const tpu_params *p) {
-    c->p = p->f[0];
-    c->corr = p->f[0];
+    c->p = tpu_unpack_NORM(p).p;
+    c->corr = tpu_unpack_VAR(p).correction;   /* STD: the same column */
     c->two_pass = false;
     switch (c->op) {
     case TPU_OP_PROD: c->c1 = RC_PROD; break;
@@ -749,10 +749,11 @@ static bool red_needs_data(const red_ctx *c) {
 /* ARGMAX / ARGMIN reduce exactly dim i0 (or nothing, for a size-1 dim). */
 static tpu_status red_check_arg_dim(tpu_kargs *a) {
     const tpu_tensor *in = &a->t[1], *o = &a->t[0];
-    int64_t d = a->p.i[0] < 0 ? a->p.i[0] + in->ndim : a->p.i[0];
+    int64_t dim = tpu_unpack_ARGMAX(&a->p).dim;   /* ARGMIN: the same column */
+    int64_t d = dim < 0 ? dim + in->ndim : dim;
     if (in->ndim == 0) return TPU_OK;
     if (d < 0 || d >= in->ndim)
-        return tpu_kernel_fail(a, "%s: dim %lld out of range", tpu_op_name(a->op), (long long)a->p.i[0]);
+        return tpu_kernel_fail(a, "%s: dim %lld out of range", tpu_op_name(a->op), (long long)dim);
     for (int k = 0; k < in->ndim; k++)
         if (k != d && o->sizes[k] == 1 && in->sizes[k] != 1)
             return tpu_kernel_fail(a, "%s: reduces dim %d but i0 is %lld", tpu_op_name(a->op), k, (long long)d);
@@ -901,9 +902,10 @@ static tpu_status scan_setup(scan_ctx *c, tpu_kargs *a) {
     if (tpu_op_family_of(a->op) != TPU_FAM_SCAN || a->n != 2 || o->ndim != in->ndim || in->is_scalar)
         return tpu_kernel_fail(a, "%s: expected out and input of the same rank", tpu_op_name(a->op));
     int nd = in->ndim;
-    int64_t dim = a->p.i[0] < 0 ? a->p.i[0] + nd : a->p.i[0];
+    int64_t d0 = tpu_unpack_CUMSUM(&a->p).dim;   /* CUMPROD: the same column */
+    int64_t dim = d0 < 0 ? d0 + nd : d0;
     if (nd > 0 && (dim < 0 || dim >= nd))
-        return tpu_kernel_fail(a, "%s: dim %lld out of range", tpu_op_name(a->op), (long long)a->p.i[0]);
+        return tpu_kernel_fail(a, "%s: dim %lld out of range", tpu_op_name(a->op), (long long)d0);
     for (int d = 0; d < nd; d++)
         if (o->sizes[d] != in->sizes[d]) return tpu_kernel_fail(a, "%s: output shape differs", tpu_op_name(a->op));
     memset(c, 0, sizeof *c);

@@ -6,13 +6,13 @@
 #include "kernels/kernels-impl.h"
 #include <string.h>
 
-typedef struct tri_job { const tpu_kargs *a; int64_t rows, cols, nrow; } tri_job;
+typedef struct tri_job { const tpu_kargs *a; int64_t rows, cols, nrow, diag; } tri_job;
 
 static void tri_rows(void *ctx, int64_t rb, int64_t re) {
     const tri_job *j = ctx;
     const tpu_tensor *o = &j->a->t[0], *x = &j->a->t[1];
     int nd = o->ndim;
-    int64_t diag = j->a->p.i[0];
+    int64_t diag = j->diag;
     bool lower = j->a->op == TPU_OP_TRIL;
     size_t es = tpu_dtype_size((tpu_dtype)o->dtype);
     for (int64_t r = rb; r < re; r++) {
@@ -41,7 +41,8 @@ static tpu_status tri_fast(tpu_kargs *a) {
     tpu_status s = tpu_tri_check(a);
     if (s) return s;
     const tpu_tensor *o = &a->t[0];
-    tri_job j = { a, o->sizes[o->ndim - 2], o->sizes[o->ndim - 1], 0 };
+    tri_job j = { a, o->sizes[o->ndim - 2], o->sizes[o->ndim - 1], 0,
+                  tpu_unpack_TRIL(&a->p).diagonal };   /* TRIU: the same column */
     int64_t n = tpu_tensor_numel(o);
     if (n == 0) return TPU_OK;
     j.nrow = n / j.cols;

@@ -491,7 +491,7 @@ tpu_status tpu_k_softmax(tpu_kargs *a)
     int nops = (a->op == TPU_OP_SOFTMAX || a->op == TPU_OP_LOG_SOFTMAX) ? 2 : 3;
     if (a->op < TPU_OP_SOFTMAX || a->op > TPU_OP_LOG_SOFTMAX_BWD || a->n != nops)
         return tpu_kernel_fail(a, "%s: not a softmax op or wrong operand count %d", tpu_op_name(a->op), a->n);
-    int64_t dim = a->p.i[0];
+    int64_t dim = tpu_unpack_SOFTMAX(&a->p).dim;   /* the same column in all four softmax ops */
     int ndim = out->ndim;
     if (dim < 0 || dim >= (ndim > 0 ? ndim : 1))
         return tpu_kernel_fail(a, "%s: dim %lld out of range for a %d-d tensor", tpu_op_name(a->op), (long long)dim, ndim);

@@ -13,11 +13,17 @@
 
 EW_INLINE int32_t ew_f2b(float f) { int32_t i; memcpy(&i, &f, 4); return i; }
 EW_INLINE float ew_b2f(int32_t i) { float f; memcpy(&f, &i, 4); return f; }
+EW_INLINE int64_t ew_d2b(double f) { int64_t i; memcpy(&i, &f, 8); return i; }
+EW_INLINE double ew_b2d(int64_t i) { double f; memcpy(&f, &i, 8); return f; }
 /* c ? a : b without a branch: FP ops are never speculated by gcc under
  * -ftrapping-math, so a plain ?: on computed values blocks vectorization. */
 EW_INLINE float ew_self(int c, float a, float b) {
     int32_t m = -(int32_t)c;
     return ew_b2f((ew_f2b(a) & m) | (ew_f2b(b) & ~m));
+}
+EW_INLINE double ew_seld(int c, double a, double b) {
+    int64_t m = -(int64_t)c;
+    return ew_b2d((ew_d2b(a) & m) | (ew_d2b(b) & ~m));
 }
 /* exp: Cephes expf polynomial, 2^n applied in two steps so results that
  * become subnormal are rounded once. About 1 ulp. */

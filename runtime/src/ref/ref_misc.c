@@ -29,7 +29,8 @@ tpu_status tpu_ref_gemm(tpu_kargs *a) {
     if (s) return s;
     const tpu_tensor *o = &a->t[0], *A = &a->t[1], *B = &a->t[2], *C = a->n > 3 ? &a->t[3] : NULL;
     tpu_dtype dt = (tpu_dtype)A->dtype;
-    int prec = (int)a->p.i[0];
+    tpu_args_MATMUL q = tpu_unpack_MATMUL(&a->p);
+    int prec = (int)q.precision;
     bool f64 = dt == TPU_F64 || B->dtype == TPU_F64 || o->dtype == TPU_F64 || !tpu_dtype_is_float(dt);
     for (int64_t b = 0; b < o->sizes[0]; b++)
         for (int64_t i = 0; i < o->sizes[1]; i++)
@@ -43,9 +44,9 @@ tpu_status tpu_ref_gemm(tpu_kargs *a) {
                         acc += mxu_value(x, 2) * mxu_value(y, 2) + mxu_value(x, 2) * mxu_value(y, 3) + mxu_value(x, 3) * mxu_value(y, 2);
                     else acc += mxu_value(x, 1) * mxu_value(y, 1);
                 }
-                double v = a->p.f[0] * acc;
-                if (C && a->p.f[1] != 0.0)
-                    v += a->p.f[1] * (C->is_scalar ? C->f :
+                double v = q.alpha * acc;
+                if (C && q.beta != 0.0)
+                    v += q.beta * (C->is_scalar ? C->f :
                         tpu_load_f64(tpu_elem_ptr(C, b * C->strides[0] + i * C->strides[1] + j * C->strides[2]), (tpu_dtype)C->dtype));
                 tpu_store_f64(tpu_elem_ptr(o, b * o->strides[0] + i * o->strides[1] + j * o->strides[2]), (tpu_dtype)o->dtype, v);
             }

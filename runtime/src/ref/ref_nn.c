@@ -69,7 +69,7 @@ tpu_status tpu_ref_softmax(tpu_kargs *a)
 {
     const tpu_tensor *out = &a->t[0], *in0 = &a->t[1], *in1 = a->n > 2 ? &a->t[2] : NULL;
     int nd = out->ndim;
-    int dim = (int)a->p.i[0];
+    int dim = (int)tpu_unpack_SOFTMAX(&a->p).dim;   /* the same column in all four softmax ops */
     if (dim < 0 || dim >= (nd > 0 ? nd : 1))
         return tpu_kernel_fail(a, "%s: dim %d out of range for a %d-d tensor", tpu_op_name(a->op), dim, nd);
     int64_t numel = ref_numel(out);
@@ -125,7 +125,8 @@ tpu_status tpu_ref_loss(tpu_kargs *a)
     const tpu_tensor *x = fwd ? &a->t[2] : &a->t[0];           /* x, or grad_x (same shape) */
     const tpu_tensor *tg = fwd ? &a->t[3] : &a->t[2];
     const tpu_tensor *w = a->n == 5 ? &a->t[4] : NULL;
-    int64_t reduction = a->p.i[0], ignore = a->p.i[1];
+    tpu_args_NLL_LOSS q = tpu_unpack_NLL_LOSS(&a->p);   /* NLL_LOSS_BWD: the same columns */
+    int64_t reduction = q.reduction, ignore = q.ignore_index;
     bool two = x->ndim == 2;
     int64_t N = two ? x->sizes[0] : 1, C = two ? x->sizes[1] : x->sizes[0];
     int64_t idx[2], z[1] = { 0 };
@@ -194,8 +195,9 @@ static void ref_rc(const tpu_tensor *x, int64_t M, int64_t r, int64_t j, int64_t
 static tpu_status ref_ln_fwd(tpu_kargs *a)
 {
     const tpu_tensor *y = &a->t[0], *mean_t = &a->t[1], *rstd_t = &a->t[2], *x = &a->t[3];
-    int64_t M = a->p.i[0];
-    bool has_w = a->p.i[1] != 0, has_b = a->p.i[2] != 0;
+    tpu_args_LAYER_NORM q = tpu_unpack_LAYER_NORM(&a->p);
+    int64_t M = q.cols;
+    bool has_w = q.has_weight != 0, has_b = q.has_bias != 0;
     const tpu_tensor *w = has_w ? &a->t[4] : NULL, *b = has_b ? &a->t[4 + has_w] : NULL;
     int64_t rows = 1, prod = 1;
     int lead = x->ndim;                 /* leading dims: the trailing ones multiply to M */
@@ -214,7 +216,7 @@ static tpu_status ref_ln_fwd(tpu_kargs *a)
             double d = ref_get(x, idx) - mean;
             ss += d * d;
         }
-        double rstd = M > 0 ? 1.0 / sqrt(ss / (double)M + a->p.f[0]) : NAN;
+        double rstd = M > 0 ? 1.0 / sqrt(ss / (double)M + q.eps) : NAN;
         ref_set_linear(mean_t, r, mean);
         ref_set_linear(rstd_t, r, rstd);
         for (int64_t j = 0; j < M; j++) {
@@ -233,7 +235,7 @@ static tpu_status ref_ln_bwd(tpu_kargs *a)
     const tpu_tensor *dx = &a->t[0], *dw = &a->t[1], *db = &a->t[2];
     const tpu_tensor *g = &a->t[3], *x = &a->t[4], *mean_t = &a->t[5], *rstd_t = &a->t[6];
     const tpu_tensor *w = a->n == 8 ? &a->t[7] : NULL;
-    int64_t M = a->p.i[0];
+    int64_t M = tpu_unpack_LAYER_NORM_BWD(&a->p).cols;
     if (M == 0) return TPU_OK;
     int64_t rows = ref_numel(x) / M;
     double *sw = calloc((size_t)M, sizeof *sw), *sb = calloc((size_t)M, sizeof *sb);
@@ -301,7 +303,8 @@ static void ref_accumulate(const tpu_tensor *dst, const int64_t *di, const tpu_t
 tpu_status tpu_ref_index(tpu_kargs *a)
 {
     const tpu_tensor *out = &a->t[0];
-    int dim = (int)a->p.i[0];
+    tpu_args_INDEX_ADD q = tpu_unpack_INDEX_ADD(&a->p);   /* dim as in the other three; alpha: INDEX_ADD only */
+    int dim = (int)q.dim;
     bool scatter = a->op == TPU_OP_SCATTER_ADD || a->op == TPU_OP_INDEX_ADD;
     const tpu_tensor *ix = &a->t[scatter ? 1 : 2], *x = &a->t[scatter ? 2 : 1];
     /* the iteration tensor: its multi-index addresses every element once */
@@ -336,7 +339,7 @@ tpu_status tpu_ref_index(tpu_kargs *a)
                 ref_accumulate(out, jdx, x, idx, 1.0);
                 break;
             default:                                    /* index_add */
-                ref_accumulate(out, jdx, x, idx, a->p.f[0]);
+                ref_accumulate(out, jdx, x, idx, q.alpha);
                 break;
             }
         }
@@ -348,13 +351,14 @@ tpu_status tpu_ref_index(tpu_kargs *a)
 
 tpu_status tpu_ref_optim(tpu_kargs *a)
 {
-    if (a->p.i[1] != 0) {
+    tpu_args_ADAMW_STEP q = tpu_unpack_ADAMW_STEP(&a->p);
+    if (q.amsgrad != 0) {
         tpu_kernel_fail(a, "adamw_step: amsgrad is not supported");
         return TPU_ERROR_NOT_SUPPORTED;
     }
     const tpu_tensor *p = &a->t[0], *m = &a->t[1], *v = &a->t[2], *g = &a->t[3];
-    double lr = a->p.f[0], b1 = a->p.f[1], b2 = a->p.f[2], eps = a->p.f[3], wd = a->p.f[4];
-    double step = (double)a->p.i[0];
+    double lr = q.lr, b1 = q.beta1, b2 = q.beta2, eps = q.eps, wd = q.weight_decay;
+    double step = (double)q.step;
     double bc1 = 1.0 - pow(b1, step), bc2 = 1.0 - pow(b2, step);
     int64_t n = ref_numel(p), idx[TPU_MAX_DIMS];
     for (int64_t l = 0; l < n; l++) {

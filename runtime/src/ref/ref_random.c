@@ -65,10 +65,10 @@ static double uniform_in(tpu_dtype dt, double from, double to, double u) {
     return v;
 }
 
-/* Draws of random_ over [i2, i3), or [i2, i3] when i4 != 0 (ranges that end
- * at INT64_MAX; [INT64_MIN, INT64_MAX] is all 2^64 values). */
-static uint64_t int_range(const tpu_params *p) {
-    return (uint64_t)p->i[3] - (uint64_t)p->i[2] + (p->i[4] ? 1u : 0u);   /* 0: 2^64 */
+/* Draws of random_ over [low, high), or [low, high] when inclusive (ranges
+ * that end at INT64_MAX; [INT64_MIN, INT64_MAX] is all 2^64 values). */
+static uint64_t int_range(tpu_args_RAND_INT q) {
+    return (uint64_t)q.high - (uint64_t)q.low + (q.inclusive ? 1u : 0u);   /* 0: 2^64 */
 }
 
 static double unit_from(const uint32_t *w, bool f64) {
@@ -80,28 +80,33 @@ void tpu_random_element(const tpu_kargs *a, int64_t i, tpu_rand_cache *cache, do
     int wpe = words_per_elem(a);
     uint64_t word = (uint64_t)i * (uint64_t)wpe, g = word / 4;
     if (!cache->valid || cache->g != g) {
-        tpu_philox_block((uint64_t)a->p.i[0], (uint64_t)a->p.i[1], g, cache->w);
+        tpu_args_RAND_INT s = tpu_unpack_RAND_INT(&a->p);   /* seed, offset: the same slots in every RANDOM op */
+        tpu_philox_block((uint64_t)s.seed, (uint64_t)s.offset, g, cache->w);
         cache->g = g;
         cache->valid = true;
     }
     const uint32_t *w = cache->w + (word % 4);
     bool f64 = a->t[0].dtype == TPU_F64;
     switch (a->op) {
-    case TPU_OP_RAND_UNIFORM:
-        *fv = uniform_in((tpu_dtype)a->t[0].dtype, a->p.f[0], a->p.f[1], unit_from(w, f64));
+    case TPU_OP_RAND_UNIFORM: {
+        tpu_args_RAND_UNIFORM q = tpu_unpack_RAND_UNIFORM(&a->p);
+        *fv = uniform_in((tpu_dtype)a->t[0].dtype, q.from, q.to, unit_from(w, f64));
         break;
+    }
     case TPU_OP_RAND_NORMAL: {
+        tpu_args_RAND_NORMAL q = tpu_unpack_RAND_NORMAL(&a->p);
         double u1 = 1.0 - unit_from(w, f64), u2 = unit_from(w + (f64 ? 2 : 1), f64);
-        *fv = a->p.f[0] + a->p.f[1] * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+        *fv = q.mean + q.std * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
         break;
     }
     case TPU_OP_RAND_BERNOULLI:
         *fv = tpu_u32_to_unit_float(w[0]) < p_override;
         break;
     case TPU_OP_RAND_INT: {
-        uint64_t range = int_range(&a->p);
+        tpu_args_RAND_INT q = tpu_unpack_RAND_INT(&a->p);
+        uint64_t range = int_range(q);
         uint64_t x = ((uint64_t)w[1] << 32) | w[0];
-        *iv = (int64_t)((uint64_t)a->p.i[2] + (range ? x % range : x));
+        *iv = (int64_t)((uint64_t)q.low + (range ? x % range : x));
         break;
     }
     default: break;
@@ -110,7 +115,7 @@ void tpu_random_element(const tpu_kargs *a, int64_t i, tpu_rand_cache *cache, do
 
 /* Bernoulli with a tensor of probabilities: p read at the same position. */
 static double bern_p(const tpu_kargs *a, const int64_t *idx) {
-    if (a->n < 2) return a->p.f[0];
+    if (a->n < 2) return tpu_unpack_RAND_BERNOULLI(&a->p).p;
     const tpu_tensor *p = &a->t[1];
     if (p->is_scalar) return p->f;
     int64_t off = 0;
@@ -136,16 +141,22 @@ tpu_status tpu_random_bad_p(tpu_kargs *a) {
 }
 
 tpu_status tpu_random_check(tpu_kargs *a) {
-    if (a->op == TPU_OP_RAND_INT && (a->p.i[4] ? a->p.i[3] < a->p.i[2] : a->p.i[3] <= a->p.i[2]))
-        return tpu_kernel_fail(a, "random_ expects 'from' to be less than 'to', but got from=%lld >= to=%lld",
-                               (long long)a->p.i[2], (long long)a->p.i[3]);
+    if (a->op == TPU_OP_RAND_INT) {
+        tpu_args_RAND_INT q = tpu_unpack_RAND_INT(&a->p);
+        if (q.inclusive ? q.high < q.low : q.high <= q.low)
+            return tpu_kernel_fail(a, "random_ expects 'from' to be less than 'to', but got from=%lld >= to=%lld",
+                                   (long long)q.low, (long long)q.high);
+    }
     if (a->op == TPU_OP_RAND_BERNOULLI && (a->n < 2 || a->t[1].is_scalar)) {
-        double p = a->n < 2 ? a->p.f[0] : a->t[1].f;
+        double p = a->n < 2 ? tpu_unpack_RAND_BERNOULLI(&a->p).p : a->t[1].f;
         if (!(p >= 0 && p <= 1)) return tpu_kernel_fail(a, "bernoulli_ expects p to be in [0, 1], but got p=%g", p);
     }
-    if (a->op == TPU_OP_RAND_UNIFORM && !(a->p.f[0] <= a->p.f[1]))
-        return tpu_kernel_fail(a, "uniform_ expects to return a [from, to) range, but found from=%g > to=%g",
-                               a->p.f[0], a->p.f[1]);
+    if (a->op == TPU_OP_RAND_UNIFORM) {
+        tpu_args_RAND_UNIFORM q = tpu_unpack_RAND_UNIFORM(&a->p);
+        if (!(q.from <= q.to))
+            return tpu_kernel_fail(a, "uniform_ expects to return a [from, to) range, but found from=%g > to=%g",
+                                   q.from, q.to);
+    }
     return TPU_OK;
 }
 

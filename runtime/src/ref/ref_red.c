@@ -117,15 +117,15 @@ static double ref_red_fold_d(tpu_op op, const double *v, int64_t n, const tpu_pa
         acc = v[0];
         for (int64_t i = 1; i < n; i++) acc = op == TPU_OP_AMAX ? ref_maxn(acc, v[i]) : ref_minn(acc, v[i]);
         return acc;
-    case TPU_OP_VAR: return ref_var(v, n, p->f[0]);
-    case TPU_OP_STD: return sqrt(ref_var(v, n, p->f[0]));
+    case TPU_OP_VAR: return ref_var(v, n, tpu_unpack_VAR(p).correction);
+    case TPU_OP_STD: return sqrt(ref_var(v, n, tpu_unpack_STD(p).correction));
     case TPU_OP_ANY:
         for (int64_t i = 0; i < n; i++) if (v[i] != 0) return 1;
         return 0;
     case TPU_OP_ALL:
         for (int64_t i = 0; i < n; i++) if (v[i] == 0) return 0;
         return 1;
-    case TPU_OP_NORM: return ref_norm(v, n, p->f[0]);
+    case TPU_OP_NORM: return ref_norm(v, n, tpu_unpack_NORM(p).p);
     case TPU_OP_LOGSUMEXP: return ref_logsumexp(v, n);
     default: return NAN;
     }
@@ -163,14 +163,15 @@ static int64_t ref_arg_i(tpu_op op, const int64_t *v, int64_t n) {
 }
 
 static bool ref_red_needs_data(tpu_op op, const tpu_params *p) {
-    bool inf_norm = op == TPU_OP_NORM && isinf(p->f[0]);
+    bool inf_norm = op == TPU_OP_NORM && isinf(tpu_unpack_NORM(p).p);
     return op == TPU_OP_AMAX || op == TPU_OP_AMIN || op == TPU_OP_ARGMAX || op == TPU_OP_ARGMIN || inf_norm;
 }
 
 static tpu_status ref_red_check_arg(tpu_kargs *a, const ref_red_geom *g) {
-    int64_t d = a->p.i[0] < 0 ? a->p.i[0] + g->nd : a->p.i[0];
+    int64_t dim = tpu_unpack_ARGMAX(&a->p).dim;   /* ARGMIN: the same column */
+    int64_t d = dim < 0 ? dim + g->nd : dim;
     if (g->nd == 0) return TPU_OK;
-    if (d < 0 || d >= g->nd) return tpu_kernel_fail(a, "%s: dim %lld out of range", tpu_op_name(a->op), (long long)a->p.i[0]);
+    if (d < 0 || d >= g->nd) return tpu_kernel_fail(a, "%s: dim %lld out of range", tpu_op_name(a->op), (long long)dim);
     for (int k = 0; k < g->nd; k++)
         if (g->red[k] && k != d)
             return tpu_kernel_fail(a, "%s: reduces dim %d but i0 is %lld", tpu_op_name(a->op), k, (long long)d);
@@ -226,10 +227,11 @@ tpu_status tpu_ref_scan(tpu_kargs *a) {
     if (tpu_op_family_of(a->op) != TPU_FAM_SCAN || a->n != 2 || o->ndim != in->ndim || in->is_scalar)
         return tpu_kernel_fail(a, "%s: expected out and input of the same rank", tpu_op_name(a->op));
     int nd = in->ndim;
-    int64_t dim = a->p.i[0] < 0 ? a->p.i[0] + nd : a->p.i[0];
+    int64_t d0 = tpu_unpack_CUMSUM(&a->p).dim;   /* CUMPROD: the same column */
+    int64_t dim = d0 < 0 ? d0 + nd : d0;
     if (nd == 0) dim = 0;
     else if (dim < 0 || dim >= nd)
-        return tpu_kernel_fail(a, "%s: dim %lld out of range", tpu_op_name(a->op), (long long)a->p.i[0]);
+        return tpu_kernel_fail(a, "%s: dim %lld out of range", tpu_op_name(a->op), (long long)d0);
     for (int d = 0; d < nd; d++)
         if (o->sizes[d] != in->sizes[d]) return tpu_kernel_fail(a, "%s: output shape differs", tpu_op_name(a->op));
     bool idom = ref_red_is_int((tpu_dtype)in->dtype) && ref_red_is_int((tpu_dtype)o->dtype);

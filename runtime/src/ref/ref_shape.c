@@ -25,13 +25,14 @@ static tpu_status tri_ref(tpu_kargs *a) {
     if (s) return s;
     const tpu_tensor *o = &a->t[0], *x = &a->t[1];
     int nd = o->ndim;
+    int64_t diag = tpu_unpack_TRIL(&a->p).diagonal;   /* TRIU: the same column */
     int64_t n = tpu_tensor_numel(o), idx[TPU_MAX_DIMS];
     for (int64_t e = 0; e < n; e++) {
         int64_t rem = e, oo = 0, xo = 0;
         for (int d = nd - 1; d >= 0; d--) { idx[d] = rem % o->sizes[d]; rem /= o->sizes[d]; }
         for (int d = 0; d < nd; d++) { oo += idx[d] * o->strides[d]; xo += idx[d] * x->strides[d]; }
         int64_t dj = idx[nd - 1] - idx[nd - 2];
-        bool keep = a->op == TPU_OP_TRIL ? dj <= a->p.i[0] : dj >= a->p.i[0];
+        bool keep = a->op == TPU_OP_TRIL ? dj <= diag : dj >= diag;
         double v = keep ? tpu_load_f64(tpu_elem_ptr(x, xo), (tpu_dtype)x->dtype) : 0.0;
         tpu_store_f64(tpu_elem_ptr(o, oo), (tpu_dtype)o->dtype, v);
     }
@@ -47,10 +48,11 @@ typedef struct win {
 
 static void unpack_win(const tpu_kargs *a, const tpu_tensor *x, const tpu_tensor *y, win *w) {
     w->N = x->sizes[0]; w->C = x->sizes[1]; w->H = x->sizes[2]; w->W = x->sizes[3];
-    w->kh = (int)(a->p.i[0] & 0xffff); w->kw = (int)(a->p.i[0] >> 16);
-    w->sh = (int)(a->p.i[1] & 0xffff); w->sw = (int)(a->p.i[1] >> 16);
-    w->ph = (int)(a->p.i[2] & 0xffff); w->pw = (int)(a->p.i[2] >> 16);
-    w->dh = (int)(a->p.i[3] & 0xffff); w->dw = (int)(a->p.i[3] >> 16);
+    tpu_args_IM2COL q = tpu_unpack_IM2COL(&a->p);   /* COL2IM, MAXPOOL2D(_BWD): the same columns */
+    w->kh = (int)(q.kernel & 0xffff); w->kw = (int)(q.kernel >> 16);
+    w->sh = (int)(q.stride & 0xffff); w->sw = (int)(q.stride >> 16);
+    w->ph = (int)(q.padding & 0xffff); w->pw = (int)(q.padding >> 16);
+    w->dh = (int)(q.dilation & 0xffff); w->dw = (int)(q.dilation >> 16);
     w->OH = y->sizes[2]; w->OW = y->sizes[3];
 }
 
