@@ -1,4 +1,4 @@
-/* test_kernels_nn.c - softmax, nll loss, layer norm, index and AdamW kernels.
+/* test_kernels_nn.c - softmax, nll loss, layer norm, index, AdamW and matmul kernels.
  *
  * Each case builds operands in plain host memory (kernels see host pointers),
  * runs the fast kernel and the reference kernel into separate outputs with
@@ -9,6 +9,7 @@
  * A few cases are checked against hand-computed numbers, and every
  * out-of-range index or target must fail with PyTorch's message. */
 #include "kernels/kernels-impl.h"
+#include "vtpu/vtpu-impl.h"         /* tpu_pool_register: run the matrix unit's portable path too */
 #include "test.h"
 #include <math.h>
 #include <stdbool.h>
@@ -980,6 +981,132 @@ static void test_adamw_hand(void)
     hfree(&g);
 }
 
+/* ================= matmul ================= */
+
+/* C operand of a matmul case: none, a full tensor, one row broadcast over
+ * batch and rows (strides 0), or a host scalar. */
+enum { C_NONE, C_FULL, C_ROW, C_SCALAR };
+
+/* out = alpha * A @ B (+ beta * C) on (nb, M, K) x (nb, K, N); la, lb, lo:
+ * layouts of A, B and out (and of a full C); L_PERM stores the dims reversed,
+ * so A and B are transposed (and batch is the innermost dim). */
+static void gemm_case(tpu_dtype dt, int prec, int64_t nb, int64_t M, int64_t N, int64_t K, int la, int lb, int lo,
+                      int cmode)
+{
+    snprintf(case_desc, sizeof case_desc, "matmul %s prec %d %lldx(%lldx%lld @ %lldx%lld) layouts A %d B %d out %d C %d",
+             tpu_dtype_name(dt), prec, (long long)nb, (long long)M, (long long)K, (long long)K, (long long)N, la, lb,
+             lo, cmode);
+    hten A, B, C, of, orf;
+    int64_t sa[3] = { nb, M, K }, sb[3] = { nb, K, N }, so[3] = { nb, M, N }, srow[3] = { 1, 1, N };
+    hmk(&A, dt, 3, sa, la);
+    hmk(&B, dt, 3, sb, lb);
+    hmk(&of, dt, 3, so, lo);
+    hfill(&A, -1, 1);
+    hfill(&B, -1, 1);
+    hclone(&orf, &of);
+    tpu_tensor ops[4] = { of.t, A.t, B.t };
+    memset(&C, 0, sizeof C);
+    if (cmode == C_FULL || cmode == C_ROW) {
+        hmk(&C, dt, 3, cmode == C_FULL ? so : srow, cmode == C_FULL ? lo : L_CONTIG);
+        hfill(&C, -1, 1);
+        ops[3] = C.t;
+        if (cmode == C_ROW) {
+            ops[3].sizes[0] = nb, ops[3].sizes[1] = M;
+            ops[3].strides[0] = ops[3].strides[1] = 0;
+        }
+    } else if (cmode == C_SCALAR) {
+        ops[3] = tpu_tensor_scalar_f(0.375, dt);
+    }
+    int n = cmode == C_NONE ? 3 : 4;
+    tpu_params p = TPU_PARAMS(MATMUL, .alpha = 0.75, .beta = cmode == C_NONE ? 0.0 : -1.5, .precision = prec);
+    if (run(false, TPU_OP_MATMUL, ops, n, &p, NULL) == TPU_OK) {
+        ops[0] = orf.t;
+        if (run(true, TPU_OP_MATMUL, ops, n, &p, NULL) == TPU_OK) hcmp("out", &of, &orf, tol(dt), tol(dt));
+    }
+    hfree(&A);
+    hfree(&B);
+    hfree(&C);
+    hfree(&of);
+    hfree(&orf);
+}
+
+/* Shapes around the units' tiles (AVX2 6x16, AVX-512 / portable 8x32, k
+ * blocks of 256, pairs of k for bf16) and the task split. */
+static void test_matmul_vs_ref(void)
+{
+    static const int64_t shapes[][3] = {       /* M, N, K */
+        { 1, 1, 1 }, { 7, 1, 13 }, { 1, 19, 5 }, { 13, 17, 1 }, { 6, 16, 256 }, { 8, 32, 257 }, { 37, 41, 53 },
+        { 5, 7, 0 }, { 0, 7, 3 }, { 4, 0, 3 }, { 67, 100, 301 }, { 97, 35, 513 }, { 71, 531, 9 }, { 131, 20, 600 },
+    };
+    const int ns = (int)(sizeof shapes / sizeof shapes[0]);
+    for (int di = 0; di < NFLOAT; di++)
+        for (int si = 0; si < ns; si++) {
+            const int64_t *s = shapes[si];
+            int64_t nb = si % 3 == 1 ? 3 : 1;
+            gemm_case(float_dtypes[di], 0, nb, s[0], s[1], s[2], L_CONTIG, L_CONTIG, L_CONTIG, si % 4);
+            gemm_case(float_dtypes[di], 0, nb, s[0], s[1], s[2], si & 1 ? L_PERM : L_PAD, L_PERM_PAD - (si & 1),
+                      si % 3 == 2 ? L_PERM : L_PAD, (si + 1) % 4);
+        }
+    /* fp32 at "high" (three bf16 passes) and "medium" (one). */
+    for (int prec = 1; prec <= 2; prec++)
+        for (int si = 0; si < ns; si += 2) {
+            const int64_t *s = shapes[si];
+            gemm_case(TPU_F32, prec, 2, s[0], s[1], s[2], L_CONTIG, L_PERM, L_CONTIG, C_FULL);
+            gemm_case(TPU_F32, prec, 1, s[0], s[1], s[2], L_PAD, L_CONTIG, L_PAD, C_ROW);
+        }
+}
+
+/* A product with a known answer: ones(M, K) @ (k+1 in column j) = K(K+1)/2,
+ * exact in every dtype's accumulator at these sizes. */
+static void test_matmul_hand(void)
+{
+    for (int di = 0; di < NFLOAT; di++) {
+        tpu_dtype dt = float_dtypes[di];
+        int64_t M = 9, N = 35, K = 31;
+        snprintf(case_desc, sizeof case_desc, "matmul hand %s", tpu_dtype_name(dt));
+        hten A, B, o;
+        hmk(&A, dt, 3, (int64_t[]){ 1, M, K }, L_CONTIG);
+        hmk(&B, dt, 3, (int64_t[]){ 1, K, N }, L_PERM);
+        hmk(&o, dt, 3, (int64_t[]){ 1, M, N }, L_PAD);
+        for (int64_t i = 0; i < M * K; i++) hset(&A, i, 1.0);
+        for (int64_t i = 0; i < K * N; i++) hset(&B, i, (double)(i / N + 1));
+        tpu_tensor ops[3] = { o.t, A.t, B.t };
+        tpu_params p = TPU_PARAMS(MATMUL, .alpha = 2.0, .beta = 0.0, .precision = dt == TPU_F32 ? 2 : 0);
+        if (run(false, TPU_OP_MATMUL, ops, 3, &p, NULL) == TPU_OK) {
+            for (int64_t i = 0; i < M * N; i++)
+                if (hget(&o, i) != (double)(K * (K + 1))) {
+                    CHECK_MSG(0, "[%s] element %lld: %g, expected %lld", case_desc, (long long)i, hget(&o, i),
+                              (long long)(K * (K + 1)));
+                    break;
+                }
+            CHECK_MSG(hguards_ok(&o), "[%s]: wrote outside the view", case_desc);
+        }
+        hfree(&A);
+        hfree(&B);
+        hfree(&o);
+    }
+}
+
+/* The unit this host should run, then every matmul test again on the
+ * portable C unit (TPU_MXU=portable), then back. */
+static void test_matmul_units(void)
+{
+    unsigned f = tpu_cpu_features();
+    bool forced = tpu_config_get(NULL)->mxu_portable;
+    const char *want32 = forced ? "portable" : (f & TPU_CPU_AVX512BF16) ? "AVX512" :
+                         ((f & TPU_CPU_AVX2) && (f & TPU_CPU_FMA)) ? "AVX2-FMA" : "portable";
+    const char *want16 = strcmp(want32, "AVX512") == 0 ? "AVX512-BF16" : want32;
+    printf("  matrix unit: fp32 %s, bf16 %s\n", tpu_gemm_unit_name(false), tpu_gemm_unit_name(true));
+    CHECK_MSG(strcmp(tpu_gemm_unit_name(false), want32) == 0, "fp32 unit %s, expected %s", tpu_gemm_unit_name(false), want32);
+    CHECK_MSG(strcmp(tpu_gemm_unit_name(true), want16) == 0, "bf16 unit %s, expected %s", tpu_gemm_unit_name(true), want16);
+    tpu_pool_register(true);
+    CHECK(strcmp(tpu_gemm_unit_name(false), "portable") == 0 && strcmp(tpu_gemm_unit_name(true), "portable") == 0);
+    test_matmul_hand();
+    test_matmul_vs_ref();
+    tpu_pool_register(forced);
+    CHECK(strcmp(tpu_gemm_unit_name(false), want32) == 0);
+}
+
 /* Sizes big enough to be split across the compute workers. */
 static void test_parallel_sizes(void)
 {
@@ -1017,6 +1144,9 @@ int main(void)
     RUN_TEST(test_adamw_hand);
     RUN_TEST(test_adamw);
     RUN_TEST(test_parallel_sizes);
+    RUN_TEST(test_matmul_hand);
+    RUN_TEST(test_matmul_vs_ref);
+    RUN_TEST(test_matmul_units);
     printf("%ld output tensors compared against the reference\n", ncompared);
     return TEST_SUMMARY();
 }

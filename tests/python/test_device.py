@@ -21,7 +21,7 @@ def test_registration():
 def test_properties():
     p = torch.tpu.get_device_properties(0)
     assert "vTPU" in p.name and p.total_memory > 0
-    assert p.matrix_unit in ("AMX", "AVX512-BF16", "portable")
+    assert p.matrix_unit in ("AMX", "AVX512-BF16", "AVX2-FMA", "portable")
     assert torch.tpu.get_device_name() == p.name
     assert torch.tpu.current_device() == 0
 

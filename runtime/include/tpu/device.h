@@ -21,6 +21,7 @@ typedef enum tpu_mxu_kind {
     TPU_MXU_PORTABLE = 0,   /* plain C */
     TPU_MXU_AVX512_BF16,    /* vdpbf16ps */
     TPU_MXU_AMX,            /* AMX-BF16 tiles */
+    TPU_MXU_AVX2_FMA,       /* vfmadd231ps on ymm; bf16 / f16 widened to fp32 when packed */
     TPU_MXU_COUNT
 } tpu_mxu_kind;
 

@@ -27,6 +27,7 @@ static unsigned probe_cpu(void) {
     unsigned f = 0;
     if (__builtin_cpu_supports("avx")) f |= TPU_CPU_AVX;
     if (__builtin_cpu_supports("avx2")) f |= TPU_CPU_AVX2;
+    if (__builtin_cpu_supports("fma")) f |= TPU_CPU_FMA;
     if (__builtin_cpu_supports("avx512f")) f |= TPU_CPU_AVX512F;
     unsigned a, b, c, d;
     if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) {
@@ -49,10 +50,16 @@ unsigned tpu_cpu_features(void) {
     return (unsigned)v;
 }
 
-tpu_mxu_kind tpu_mxu_detected(void) {
+static bool tpu_mxu_forced_portable(void) {
     const tpu_compute_iface *c = atomic_load_explicit(&compute, memory_order_acquire);
-    if (c && c->mxu_portable) return TPU_MXU_PORTABLE;
+    return c && c->mxu_portable;
+}
+
+tpu_mxu_kind tpu_mxu_detected(void) {
+    if (tpu_mxu_forced_portable()) return TPU_MXU_PORTABLE;
     /* AMX also needs the OS to grant the tile state; we do not use AMX tiles
      * yet (no AMX host to test on), so it is reported but not selected. */
-    return (tpu_cpu_features() & TPU_CPU_AVX512BF16) ? TPU_MXU_AVX512_BF16 : TPU_MXU_PORTABLE;
+    unsigned f = tpu_cpu_features();
+    if (f & TPU_CPU_AVX512BF16) return TPU_MXU_AVX512_BF16;
+    return ((f & TPU_CPU_AVX2) && (f & TPU_CPU_FMA)) ? TPU_MXU_AVX2_FMA : TPU_MXU_PORTABLE;
 }

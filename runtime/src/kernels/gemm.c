@@ -1,17 +1,25 @@
 /* gemm.c - the matrix unit: out = beta*C + alpha*(A @ B), batched, any strides.
  *
  * DESIGN
- * Goto-style blocking. B is packed once per batch into KC x 32 panels (fp32,
- * or bf16 pairs for the bf16 unit); the output is cut into MC-row x column-range tasks run
- * on the compute workers; each task packs its A block (MR=8 rows per sliver)
- * and runs an 8x32 micro-kernel into an fp32 accumulator tile, then applies
- * the epilogue (alpha, beta*C, dtype conversion, output strides) once.
+ * Goto-style blocking. B is packed once per batch into KC x NR panels; the
+ * output is cut into row-block x column-range tasks run on the compute
+ * workers; each task packs its A block (MR-row slivers) and runs an MR x NR
+ * micro-kernel into an fp32 accumulator tile, then applies the epilogue
+ * (alpha, beta*C, dtype conversion, output strides) once.
  *
- * Matrix units, picked at run time:
- *   fp32 FMA      AVX-512 (vfmadd231ps), else portable C
- *   bf16 -> fp32  AVX512-BF16 (vdpbf16ps on k-pairs), else portable C
+ * Matrix units, picked at run time per call (TPU_MXU=portable: the last):
+ *   AVX512-BF16  8x32 tile; fp32 by vfmadd231ps, bf16 by vdpbf16ps on packed
+ *                (k, k+1) pairs
+ *   AVX2+FMA     6x16 tile (12 of the 16 ymm registers accumulate); bf16 is
+ *                widened to fp32 when packed (exact), then the fp32 kernel:
+ *                AVX2 has no bf16 dot product, and widening once per panel
+ *                beats widening in the inner loop, which competes with the FMAs
+ *   portable     8x32 plain C; bf16 on pairs, as AVX512-BF16 packs them, so
+ *                TPU_MXU=portable exercises that packing on any host
  * bf16/f16 inputs and fp32 at "medium" precision use the bf16 unit (f16 is
  * computed in fp32); "high" runs three bf16 passes (hi*hi + hi*lo + lo*hi).
+ * Every unit multiplies the same bf16-rounded values exactly and accumulates
+ * in fp32; they differ only in summation order.
  * AMX tiles are detected but not used yet (no AMX host to validate on).
  * float64 uses a plain blocked loop. */
 #include "kernels/kernels-impl.h"
@@ -21,16 +29,24 @@
 #include <string.h>
 #include <math.h>
 
-#define MR 8
+#define MR 8          /* AVX-512 and portable tile */
 #define NR 32
+#define MR2 6         /* AVX2 tile */
+#define NR2 16
+#define NR_MAX 32
 #define KC 256
-#define MC 64
+#define MC_TARGET 64  /* rows per task (a multiple of the unit's MR), before balancing */
+_Static_assert(MR >= MR2 && NR_MAX >= NR && NR_MAX >= NR2, "pack buffers hold the largest tile");
 
-
-/* ---------------- micro-kernels: acc[MR][NR] (+)= Ap * Bp ---------------- */
+/* ---------------- micro-kernels: acc[MR][NR] (+)= Ap * Bp ----------------
+ * c is the tile's corner in the task's fp32 scratch (row stride ldc); first:
+ * start from zero instead of c. ap/bp are packed slivers: floats, or bf16
+ * (k, k+1) pairs as uint32 for the pair kernels. */
+typedef void (*ukr_fn)(int kc, const void *ap, const void *bp, float *c, int ldc, int first);
 
 __attribute__((target("avx512f")))
-static void ukr_f32_avx512(int kc, const float *ap, const float *bp, float *c, int ldc, int first) {
+static void ukr_f32_avx512(int kc, const void *apv, const void *bpv, float *c, int ldc, int first) {
+    const float *ap = apv, *bp = bpv;
     __m512 acc[MR][2];
 #pragma GCC unroll 8
     for (int r = 0; r < MR; r++) {
@@ -53,7 +69,36 @@ static void ukr_f32_avx512(int kc, const float *ap, const float *bp, float *c, i
     }
 }
 
-static void ukr_f32_c(int kc, const float *ap, const float *bp, float *c, int ldc, int first) {
+/* AVX2: ap is [kc][MR2], bp is [kc][NR2]; per k, 2 loads of B and 6
+ * broadcasts of A feed 12 FMAs. */
+__attribute__((target("avx2,fma")))
+static void ukr_f32_avx2(int kc, const void *apv, const void *bpv, float *c, int ldc, int first) {
+    const float *ap = apv, *bp = bpv;
+    __m256 acc[MR2][2];
+#pragma GCC unroll 6
+    for (int r = 0; r < MR2; r++) {
+        acc[r][0] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(c + r * ldc);
+        acc[r][1] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(c + r * ldc + 8);
+    }
+#pragma GCC unroll 4
+    for (int k = 0; k < kc; k++) {
+        __m256 b0 = _mm256_load_ps(bp + k * NR2), b1 = _mm256_load_ps(bp + k * NR2 + 8);
+#pragma GCC unroll 6
+        for (int r = 0; r < MR2; r++) {
+            __m256 a = _mm256_broadcast_ss(ap + k * MR2 + r);
+            acc[r][0] = _mm256_fmadd_ps(a, b0, acc[r][0]);
+            acc[r][1] = _mm256_fmadd_ps(a, b1, acc[r][1]);
+        }
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < MR2; r++) {
+        _mm256_storeu_ps(c + r * ldc, acc[r][0]);
+        _mm256_storeu_ps(c + r * ldc + 8, acc[r][1]);
+    }
+}
+
+static void ukr_f32_c(int kc, const void *apv, const void *bpv, float *c, int ldc, int first) {
+    const float *ap = apv, *bp = bpv;
     float acc[MR][NR];
     for (int r = 0; r < MR; r++)
         for (int j = 0; j < NR; j++) acc[r][j] = first ? 0.0f : c[r * ldc + j];
@@ -68,7 +113,8 @@ static void ukr_f32_c(int kc, const float *ap, const float *bp, float *c, int ld
 
 /* bf16: ap is [kc/2][MR] of packed (k, k+1) pairs; bp is [kc/2][NR] pairs. */
 __attribute__((target("avx512f,avx512bf16")))
-static void ukr_bf16_avx512(int kc, const uint32_t *ap, const uint32_t *bp, float *c, int ldc, int first) {
+static void ukr_bf16_avx512(int kc, const void *apv, const void *bpv, float *c, int ldc, int first) {
+    const uint32_t *ap = apv, *bp = bpv;
     __m512 acc[MR][2];
 #pragma GCC unroll 8
     for (int r = 0; r < MR; r++) {
@@ -91,7 +137,9 @@ static void ukr_bf16_avx512(int kc, const uint32_t *ap, const uint32_t *bp, floa
     }
 }
 
-static void ukr_bf16_c(int kc, const uint32_t *ap, const uint32_t *bp, float *c, int ldc, int first) {
+
+static void ukr_bf16_c(int kc, const void *apv, const void *bpv, float *c, int ldc, int first) {
+    const uint32_t *ap = apv, *bp = bpv;
     float acc[MR][NR];
     for (int r = 0; r < MR; r++)
         for (int j = 0; j < NR; j++) acc[r][j] = first ? 0.0f : c[r * ldc + j];
@@ -107,6 +155,34 @@ static void ukr_bf16_c(int kc, const uint32_t *ap, const uint32_t *bp, float *c,
     for (int r = 0; r < MR; r++)
         for (int j = 0; j < NR; j++) c[r * ldc + j] = acc[r][j];
 }
+
+/* ---------------- the units ---------------- */
+
+typedef struct gemm_unit {
+    const char *name;
+    int mr, nr;          /* register tile */
+    bool pairs;          /* packs bf16 (k, k+1) pairs: k steps by 2 */
+    ukr_fn ukr;
+} gemm_unit;
+
+static const gemm_unit unit_avx512 = { "AVX512", MR, NR, false, ukr_f32_avx512 };
+static const gemm_unit unit_avx512_bf16 = { "AVX512-BF16", MR, NR, true, ukr_bf16_avx512 };
+static const gemm_unit unit_avx2 = { "AVX2-FMA", MR2, NR2, false, ukr_f32_avx2 };
+static const gemm_unit unit_c = { "portable", MR, NR, false, ukr_f32_c };
+static const gemm_unit unit_c_bf16 = { "portable", MR, NR, true, ukr_bf16_c };
+
+/* The unit for fp32 (bf16 = false) or bf16 operands, by the host's CPU and
+ * TPU_MXU. AVX-512 without BF16 takes the AVX2 unit: the fp32 AVX-512 kernel
+ * is only validated alongside the bf16 one. */
+static const gemm_unit *gemm_pick(bool bf16) {
+    switch (tpu_mxu_detected()) {
+    case TPU_MXU_AVX512_BF16: return bf16 ? &unit_avx512_bf16 : &unit_avx512;
+    case TPU_MXU_AVX2_FMA: return &unit_avx2;
+    default: return bf16 ? &unit_c_bf16 : &unit_c;
+    }
+}
+
+const char *tpu_gemm_unit_name(bool bf16) { return gemm_pick(bf16)->name; }
 
 /* ---------------- element access ---------------- */
 
@@ -128,21 +204,28 @@ static inline uint16_t to_bf16_part(float x, int part) {
 /* ---------------- the driver ---------------- */
 
 typedef struct gemm_job {
-    int64_t M, N, K, Kp;      /* Kp: K rounded to the k-step (even for bf16) */
+    int64_t M, N, K, Kp;      /* Kp: K rounded to the k-step (even for pairs) */
     mat A, B;
     const tpu_kargs *a;
     int64_t batch;
-    int use_bf16, passes, avx;     /* passes: 1, or 3 for "high" */
+    const gemm_unit *u;
+    int use_bf16, passes;          /* passes: 1, or 3 for "high" */
+    bool round_a, round_b;         /* fp32 packing of the bf16 unit rounds (values not already bf16) */
     void *bpack[2];                /* packed B (hi, lo): [K/KC][Npad/NR][kc][NR] */
     int64_t npanels;               /* NR-wide column panels */
-    int64_t mtasks, nsplit;        /* tasks: MC-row blocks x column ranges */
+    int64_t mc, mtasks, nsplit;    /* tasks: mc-row blocks x column ranges */
 } gemm_job;
 
 /* Start of panel `panel` of k-block kb in packed B, in floats or bf16 pairs. */
 static size_t bpack_index(const gemm_job *j, int64_t kb, int64_t panel) {
     int64_t kc = j->Kp - kb * KC < KC ? j->Kp - kb * KC : KC;
-    int64_t step = j->use_bf16 ? 2 : 1;
-    return (size_t)((kb * (KC / step) * j->npanels + panel * (kc / step)) * NR);
+    int64_t step = j->u->pairs ? 2 : 1;
+    return (size_t)((kb * (KC / step) * j->npanels + panel * (kc / step)) * j->u->nr);
+}
+
+/* n values in place to what the bf16 unit sees of them, as fp32. */
+static void round_bf16(float *x, int64_t n, int part) {
+    for (int64_t i = 0; i < n; i++) x[i] = tpu_bf16_to_f32(to_bf16_part(x[i], part));
 }
 
 typedef struct pack_ctx { gemm_job *j; int part; void *dst; } pack_ctx;
@@ -151,12 +234,13 @@ typedef struct pack_ctx { gemm_job *j; int part; void *dst; } pack_ctx;
 static void pack_b_panels(void *ctx, int64_t pb, int64_t pe) {
     pack_ctx *c = ctx;
     gemm_job *j = c->j;
-    float row[NR], row2[NR];
+    int nr = j->u->nr;
+    float row[NR_MAX], row2[NR_MAX];
     for (int64_t kb = 0; kb * KC < j->Kp; kb++) {
         int64_t k0 = kb * KC, kc = j->Kp - k0 < KC ? j->Kp - k0 : KC;
         for (int64_t p = pb; p < pe; p++) {
-            int64_t c0 = p * NR, nc = j->N - c0 < NR ? j->N - c0 : NR;
-            if (j->use_bf16) {
+            int64_t c0 = p * nr, nc = j->N - c0 < nr ? j->N - c0 : nr;
+            if (j->u->pairs) {
                 uint32_t *out = (uint32_t *)c->dst + bpack_index(j, kb, p);
                 for (int64_t k = 0; k < kc; k += 2) {
                     memset(row, 0, sizeof row);
@@ -164,90 +248,96 @@ static void pack_b_panels(void *ctx, int64_t pb, int64_t pe) {
                     if (k0 + k < j->K) tpu_tile_load_f32(row, mat_ptr(&j->B, k0 + k, c0), j->B.cs, nc, j->B.dt);
                     if (k0 + k + 1 < j->K)
                         tpu_tile_load_f32(row2, mat_ptr(&j->B, k0 + k + 1, c0), j->B.cs, nc, j->B.dt);
-                    for (int q = 0; q < NR; q++)
-                        out[(k / 2) * NR + q] = (uint32_t)to_bf16_part(row[q], c->part) |
+                    for (int q = 0; q < nr; q++)
+                        out[(k / 2) * nr + q] = (uint32_t)to_bf16_part(row[q], c->part) |
                                                 ((uint32_t)to_bf16_part(row2[q], c->part) << 16);
                 }
             } else {
                 float *out = (float *)c->dst + bpack_index(j, kb, p);
                 for (int64_t k = 0; k < kc; k++) {
-                    if (nc < NR) memset(out + k * NR, 0, NR * sizeof(float));
-                    tpu_tile_load_f32(out + k * NR, mat_ptr(&j->B, k0 + k, c0), j->B.cs, nc, j->B.dt);
+                    if (nc < nr) memset(out + k * nr, 0, (size_t)nr * sizeof(float));
+                    tpu_tile_load_f32(out + k * nr, mat_ptr(&j->B, k0 + k, c0), j->B.cs, nc, j->B.dt);
+                    if (j->round_b) round_bf16(out + k * nr, nc, c->part);
                 }
             }
         }
     }
 }
 
-/* Pack rows [m0, m0+mcp) x k-range of A into MR-row slivers. */
+/* Pack rows [m0, m0+mcp) x k-range of A into MR-row slivers, through tmp
+ * (MR rows of KC floats): rows in, then written out k-major. */
 static void pack_a(const gemm_job *j, int64_t m0, int64_t mcp, int64_t k0, int64_t kc, int part, void *dst, float *tmp) {
-    for (int64_t s = 0; s < mcp; s += MR) {
-        for (int r = 0; r < MR; r++) {
-            int64_t row = m0 + s + r;
-            int64_t kv = j->K - k0 < kc ? j->K - k0 : kc;       /* valid k in this block */
-            if (row < j->M && kv > 0) tpu_tile_load_f32(tmp, mat_ptr(&j->A, row, k0), j->A.cs, kv, j->A.dt);
-            else kv = 0;
-            for (int64_t k = kv; k < kc; k++) tmp[k] = 0.0f;
-            if (j->use_bf16) {
-                uint32_t *out = (uint32_t *)dst + (s / MR) * (kc / 2) * MR;
-                for (int64_t k = 0; k < kc; k += 2)
-                    out[(k / 2) * MR + r] = (uint32_t)to_bf16_part(tmp[k], part) | ((uint32_t)to_bf16_part(tmp[k + 1], part) << 16);
-            } else {
-                float *out = (float *)dst + (s / MR) * kc * MR;
-                for (int64_t k = 0; k < kc; k++) out[k * MR + r] = tmp[k];
-            }
+    int mr = j->u->mr;
+    int64_t kv = j->K - k0 < kc ? j->K - k0 : kc;               /* valid k in this block */
+    for (int64_t s = 0; s < mcp; s += mr) {
+        for (int r = 0; r < mr; r++) {
+            float *t = tmp + r * KC;
+            int64_t row = m0 + s + r, n = row < j->M ? kv : 0;
+            if (n > 0) tpu_tile_load_f32(t, mat_ptr(&j->A, row, k0), j->A.cs, n, j->A.dt);
+            for (int64_t k = n; k < kc; k++) t[k] = 0.0f;
+            if (j->round_a) round_bf16(t, n, part);
+        }
+        if (j->u->pairs) {
+            uint32_t *out = (uint32_t *)dst + (s / mr) * (kc / 2) * mr;
+            for (int64_t k = 0; k < kc; k += 2)
+                for (int r = 0; r < mr; r++)
+                    out[(k / 2) * mr + r] = (uint32_t)to_bf16_part(tmp[r * KC + k], part) |
+                                            ((uint32_t)to_bf16_part(tmp[r * KC + k + 1], part) << 16);
+        } else {
+            float *out = (float *)dst + (s / mr) * kc * mr;
+            for (int64_t k = 0; k < kc; k++)
+                for (int r = 0; r < mr; r++) out[k * mr + r] = tmp[r * KC + k];
         }
     }
 }
 
-/* acc (the task's scratch) becomes alpha*acc + beta*C in place, then is stored. */
-static void epilogue(const gemm_job *j, int64_t m0, int64_t mc, int64_t n0, int64_t nc, float *acc, int64_t ldc) {
+/* acc (the task's scratch) becomes alpha*acc + beta*C in place, then is
+ * stored; crow: scratch for a row of C. */
+static void epilogue(const gemm_job *j, int64_t m0, int64_t mc, int64_t n0, int64_t nc, float *acc, int64_t ldc,
+                     float *crow) {
     const tpu_kargs *a = j->a;
     const tpu_tensor *o = &a->t[0];
     const tpu_tensor *c = a->n > 3 ? &a->t[3] : NULL;
-    float alpha = (float)a->p.f[0], beta = (float)a->p.f[1];
-    tpu_dtype odt = (tpu_dtype)o->dtype;
-    bool plain = !c && alpha == 1.0f && odt == TPU_F32 && o->strides[2] == 1;
+    tpu_args_MATMUL q = tpu_unpack_MATMUL(&a->p);
+    float alpha = (float)q.alpha, beta = (float)q.beta;
+    if (!c || beta == 0.0f) c = NULL;
     for (int64_t r = 0; r < mc; r++) {
         int64_t i = m0 + r;
         char *orow = tpu_elem_ptr(o, j->batch * o->strides[0] + i * o->strides[1] + n0 * o->strides[2]);
         float *arow = acc + r * ldc;
-        for (int64_t q = 0; q < nc && !plain; q++) {
-            float v = alpha * arow[q];
-            if (c && beta != 0.0f) {
-                float cv = c->is_scalar ? (float)c->f :
-                    (float)tpu_load_f64(tpu_elem_ptr(c, j->batch * c->strides[0] + i * c->strides[1] + (n0 + q) * c->strides[2]), (tpu_dtype)c->dtype);
-                v += beta * cv;
-            }
-            arow[q] = v;
+        if (alpha != 1.0f)
+            for (int64_t x = 0; x < nc; x++) arow[x] *= alpha;
+        if (c && c->is_scalar)
+            for (int64_t x = 0; x < nc; x++) arow[x] += beta * (float)c->f;
+        else if (c) {
+            tpu_tile_load_f32(crow, tpu_elem_ptr(c, j->batch * c->strides[0] + i * c->strides[1] + n0 * c->strides[2]),
+                              c->strides[2], nc, (tpu_dtype)c->dtype);
+            for (int64_t x = 0; x < nc; x++) arow[x] += beta * crow[x];
         }
-        tpu_tile_store_f32(orow, o->strides[2], arow, nc, odt);
+        tpu_tile_store_f32(orow, o->strides[2], arow, nc, (tpu_dtype)o->dtype);
     }
 }
-
-typedef void (*ukr_f32_fn)(int, const float *, const float *, float *, int, int);
-typedef void (*ukr_bf16_fn)(int, const uint32_t *, const uint32_t *, float *, int, int);
 
 /* Task t: row block t / nsplit, column panels range t % nsplit. */
 static void task(void *ctx, int64_t tb, int64_t te) {
     gemm_job *j = ctx;
+    const gemm_unit *u = j->u;
+    int64_t step = u->pairs ? 2 : 1;
     int64_t ppt = (j->npanels + j->nsplit - 1) / j->nsplit;        /* panels per task */
-    int64_t ldc = ppt * NR;
-    float *acc = aligned_alloc(64, sizeof(float) * (size_t)(MC * ldc));
-    void *apack = aligned_alloc(64, sizeof(float) * MC * KC);
-    float *tmp = aligned_alloc(64, sizeof(float) * KC);
+    int64_t ldc = ppt * u->nr;
+    float *acc = aligned_alloc(64, sizeof(float) * (size_t)(j->mc * ldc));
+    void *apack = aligned_alloc(64, sizeof(float) * (size_t)(j->mc * KC));
+    float *tmp = aligned_alloc(64, sizeof(float) * (size_t)(MR * KC + ldc));    /* A rows, then a row of C */
     if (!acc || !apack || !tmp) { free(acc); free(apack); free(tmp); return; }   /* leaves output unset */
-    ukr_f32_fn uf = j->avx ? ukr_f32_avx512 : ukr_f32_c;
-    ukr_bf16_fn ub = j->avx ? ukr_bf16_avx512 : ukr_bf16_c;
     for (int64_t t = tb; t < te; t++) {
         int64_t mt = t / j->nsplit, nt = t % j->nsplit;
-        int64_t m0 = mt * MC, mc = j->M - m0 < MC ? j->M - m0 : MC;
-        int64_t mcp = (mc + MR - 1) / MR * MR;
+        int64_t m0 = mt * j->mc, mc = j->M - m0 < j->mc ? j->M - m0 : j->mc;
+        int64_t mcp = (mc + u->mr - 1) / u->mr * u->mr;
         int64_t p0 = nt * ppt, np = j->npanels - p0 < ppt ? j->npanels - p0 : ppt;
         if (np <= 0) continue;
-        int64_t n0 = p0 * NR, nc = j->N - n0 < np * NR ? j->N - n0 : np * NR;
+        int64_t n0 = p0 * u->nr, nc = j->N - n0 < np * u->nr ? j->N - n0 : np * u->nr;
         int first = 1;
-        if (j->Kp == 0) memset(acc, 0, sizeof(float) * (size_t)(MC * ldc));
+        if (j->Kp == 0) memset(acc, 0, sizeof(float) * (size_t)(j->mc * ldc));
         for (int64_t kb = 0; kb * KC < j->Kp; kb++) {
             int64_t k0 = kb * KC, kc = j->Kp - k0 < KC ? j->Kp - k0 : KC;
             for (int pass = 0; pass < j->passes; pass++) {
@@ -256,19 +346,15 @@ static void task(void *ctx, int64_t tb, int64_t te) {
                 int bsel = j->passes == 1 ? 0 : (pass == 1 ? 1 : 0);
                 pack_a(j, m0, mcp, k0, kc, apart, apack, tmp);
                 for (int64_t p = 0; p < np; p++)
-                    for (int64_t s = 0; s < mcp; s += MR) {
-                        float *cp = acc + s * ldc + p * NR;
-                        if (j->use_bf16)
-                            ub((int)kc, (const uint32_t *)apack + (s / MR) * (kc / 2) * MR,
-                               (const uint32_t *)j->bpack[bsel] + bpack_index(j, kb, p0 + p), cp, (int)ldc, first);
-                        else
-                            uf((int)kc, (const float *)apack + (s / MR) * kc * MR,
-                               (const float *)j->bpack[0] + bpack_index(j, kb, p0 + p), cp, (int)ldc, first);
+                    for (int64_t s = 0; s < mcp; s += u->mr) {
+                        u->ukr((int)kc, (const float *)apack + (s / u->mr) * (kc / step) * u->mr,   /* 4-byte units */
+                               (const float *)j->bpack[bsel] + bpack_index(j, kb, p0 + p),
+                               acc + s * ldc + p * u->nr, (int)ldc, first);
                     }
                 first = 0;
             }
         }
-        epilogue(j, m0, mc, n0, nc, acc, ldc);
+        epilogue(j, m0, mc, n0, nc, acc, ldc, tmp + MR * KC);
     }
     free(acc);
     free(apack);
@@ -281,6 +367,7 @@ static void gemm_f64_rows(void *ctx, int64_t rb, int64_t re) {
     gemm_job *j = ctx;
     const tpu_kargs *a = j->a;
     const tpu_tensor *o = &a->t[0], *c = a->n > 3 ? &a->t[3] : NULL;
+    tpu_args_MATMUL prm = tpu_unpack_MATMUL(&a->p);
     size_t N = (size_t)(j->N ? j->N : 1);
     double *row = malloc(sizeof(double) * 2 * N), *brow = row + N;
     if (!row) return;
@@ -292,9 +379,9 @@ static void gemm_f64_rows(void *ctx, int64_t rb, int64_t re) {
             for (int64_t q = 0; q < j->N; q++) row[q] += av * brow[q];
         }
         for (int64_t q = 0; q < j->N; q++) {
-            double v = a->p.f[0] * row[q];
-            if (c && a->p.f[1] != 0.0)
-                v += a->p.f[1] * (c->is_scalar ? c->f : tpu_load_f64(tpu_elem_ptr(c, j->batch * c->strides[0] + i * c->strides[1] + q * c->strides[2]), (tpu_dtype)c->dtype));
+            double v = prm.alpha * row[q];
+            if (c && prm.beta != 0.0)
+                v += prm.beta * (c->is_scalar ? c->f : tpu_load_f64(tpu_elem_ptr(c, j->batch * c->strides[0] + i * c->strides[1] + q * c->strides[2]), (tpu_dtype)c->dtype));
             row[q] = v;
         }
         tpu_tile_store_f64(tpu_elem_ptr(o, j->batch * o->strides[0] + i * o->strides[1]), o->strides[2], row, j->N,
@@ -313,19 +400,26 @@ tpu_status tpu_k_gemm(tpu_kargs *a) {
     j.M = o->sizes[1]; j.N = o->sizes[2]; j.K = A->sizes[2];
     if (j.M == 0 || j.N == 0) return TPU_OK;
     tpu_dtype dt = (tpu_dtype)A->dtype;
-    int prec = (int)a->p.i[0];
+    int prec = (int)tpu_unpack_MATMUL(&a->p).precision;
     bool any_f64 = dt == TPU_F64 || B->dtype == TPU_F64 || o->dtype == TPU_F64;
-    j.avx = tpu_mxu_detected() != TPU_MXU_PORTABLE;
     j.use_bf16 = !any_f64 && (dt == TPU_BF16 || (dt == TPU_F32 && prec >= 1));
     j.passes = (dt == TPU_F32 && prec == 1) ? 3 : 1;
-    j.Kp = j.use_bf16 ? (j.K + 1) / 2 * 2 : j.K;
-    j.npanels = (j.N + NR - 1) / NR;
-    j.mtasks = (j.M + MC - 1) / MC;
-    /* Enough tasks for every worker: split columns only when row blocks are few. */
+    j.u = gemm_pick(j.use_bf16);
+    j.round_a = j.use_bf16 && !j.u->pairs && (j.passes == 3 || dt != TPU_BF16);
+    j.round_b = j.use_bf16 && !j.u->pairs && (j.passes == 3 || B->dtype != TPU_BF16);
+    j.Kp = j.u->pairs ? (j.K + 1) / 2 * 2 : j.K;
+    j.npanels = (j.N + j.u->nr - 1) / j.u->nr;
+    /* Row blocks of about MC_TARGET rows, as many as a multiple of the
+     * workers (so that they end together), each a multiple of MR; split
+     * columns too when row blocks are few. */
     int nw = tpu_compute_workers();
+    int64_t mr = j.u->mr, blocks = (j.M + MC_TARGET - 1) / MC_TARGET;
+    blocks = (blocks + nw - 1) / nw * nw;
+    j.mc = ((j.M + blocks - 1) / blocks + mr - 1) / mr * mr;
+    j.mtasks = (j.M + j.mc - 1) / j.mc;
     j.nsplit = j.mtasks >= 2 * nw ? 1 : (2 * nw + j.mtasks - 1) / j.mtasks;
     if (j.nsplit > j.npanels) j.nsplit = j.npanels;
-    size_t bytes = (size_t)(j.Kp ? j.Kp : 1) * (size_t)j.npanels * NR * (j.use_bf16 ? 2 : 4);
+    size_t bytes = (size_t)(j.Kp ? j.Kp : 1) * (size_t)j.npanels * (size_t)j.u->nr * (j.u->pairs ? 2 : 4);
     for (int64_t b = 0; b < o->sizes[0]; b++) {
         j.batch = b;
         j.A = (mat){ tpu_elem_ptr(A, b * A->strides[0]), dt, A->strides[1], A->strides[2] };

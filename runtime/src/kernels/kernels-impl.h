@@ -28,6 +28,9 @@ TPU_FAMILIES(TPU_K_DECL_)
 #undef TPU_K_DECL_
 /* Run the fast kernel of a.op (registry.c: dispatch by family). */
 tpu_status tpu_kernel_run(tpu_kargs *a);
+/* The unit gemm.c runs for fp32 (bf16 = false) or bf16 operands on this host:
+ * "AVX512", "AVX512-BF16", "AVX2-FMA" or "portable" (a static string). */
+const char *tpu_gemm_unit_name(bool bf16);
 
 /* ---- the compute pool, provided by the floor above (compute.c) ----
  * The device registers its pool once at start-up (vtpu/pool.c, from the
@@ -56,10 +59,11 @@ enum {
     TPU_CPU_AVX512F = 1u << 2,
     TPU_CPU_AVX512BF16 = 1u << 3,   /* with the OS's AVX-512 state */
     TPU_CPU_AMX = 1u << 4,          /* AMX-TILE and AMX-BF16 (not used yet) */
+    TPU_CPU_FMA = 1u << 5,          /* FMA3 (vfmadd231ps on ymm) */
 };
 unsigned tpu_cpu_features(void);
 /* The matrix unit the kernels use: AVX512-BF16 if the host has it, else
- * portable (also when TPU_MXU=portable was registered). */
+ * AVX2-FMA, else portable (also when TPU_MXU=portable was registered). */
 tpu_mxu_kind tpu_mxu_detected(void);
 
 #endif

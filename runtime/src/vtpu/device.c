@@ -243,6 +243,7 @@ const char *tpu_mxu_name(tpu_mxu_kind k) {
     switch (k) {
     case TPU_MXU_AMX: return "AMX";
     case TPU_MXU_AVX512_BF16: return "AVX512-BF16";
+    case TPU_MXU_AVX2_FMA: return "AVX2-FMA";
     default: return "portable";
     }
 }
