@@ -16,14 +16,14 @@ SAN     := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-om
 TSAN    := -O1 -g -fsanitize=thread
 C_TESTS := $(patsubst tests/c/%.c,%,$(wildcard tests/c/test_*.c))
 
-.PHONY: all setup build runtime ctest-bins ctest ctest-tsan pytest test run bench fuzz lint format-check clean
+.PHONY: all setup build runtime ctest-bins ctest ctest-tsan pytest test run bench fuzz lint format-check format clean
 
 all: build
 
 # ---- set-up: virtualenv with torch 2.13.0 (the CPU wheel on disk) and our package ----
 .venv/.ready: pyproject.toml setup.py
 	test -x $(PY) || python3 -m venv .venv
-	$(PIP) install -q torch==2.13.0 numpy pytest ninja "transformers>=5,<6" accelerate matplotlib
+	$(PIP) install -q torch==2.13.0 numpy pytest ninja "transformers>=5,<6" accelerate matplotlib clang-format==23.1.5
 	$(PIP) install -q --no-build-isolation --no-deps -e .
 	touch $@
 
@@ -80,18 +80,20 @@ fuzz: build/ctest/test_bounds
 
 # Floors of runtime/src (base -> ref -> kernels -> vtpu): no include and no
 # linked call reaches up a floor (tools/lint_floors.py; needs the objects).
-lint: build/libtpurt.a
+lint: build/libtpurt.a format-check
 	python3 tools/lint_floors.py --objects build/rt
 
-# Layout against .clang-format (clang-format from PyPI in .venv). Not in
-# `lint` until the tree has been reformatted once, in its own commit.
+# Layout against .clang-format (csrc) and runtime/.clang-format (runtime, tests/c),
+# with the pinned clang-format from PyPI in .venv; part of `make lint`.
 CLANG_FORMAT ?= $(firstword $(wildcard .venv/bin/clang-format) $(shell command -v clang-format 2>/dev/null))
 FORMAT_SRC := $(RT_SRC) $(wildcard runtime/src/*/*.h runtime/include/tpu/*.h tests/c/*.c tests/c/*.h csrc/*.cpp csrc/*.h)
-format-check:
+format-check: setup
 	@test -n "$(CLANG_FORMAT)" || { echo "clang-format not found: $(PIP) install clang-format"; exit 1; }
 	@n=0; for f in $(FORMAT_SRC); do \
 	  $(CLANG_FORMAT) --dry-run -Werror --style=file $$f >/dev/null 2>&1 || { echo "needs formatting: $$f"; n=$$((n+1)); }; \
 	done; echo "format-check: $$n file(s) differ from .clang-format"; test $$n -eq 0
+format: setup
+	@for f in $(FORMAT_SRC); do $(CLANG_FORMAT) -i --style=file $$f; done
 
 pytest: build
 	$(PY) -m pytest -q tests/python

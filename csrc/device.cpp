@@ -83,7 +83,7 @@ bool python_interrupt_check() {
   throw err;
 }
 
-} // namespace
+}  // namespace
 
 [[noreturn]] void throw_status(tpu_status s, const char* what) {
   if (s == TPU_ERROR_INTERRUPTED) throw_interrupted();
@@ -108,7 +108,7 @@ namespace {
 tpu_stream_t lookup_stream(const c10::Stream& s) {
   int dev = s.device_index() < 0 ? tpu_device_current() : s.device_index();
   tpu_stream_t st = tpu_stream_from_id(dev, s.id());
-  if (!st) TPU_CHECK(tpu_device_set(dev));   // an invalid index or configuration: the runtime's message
+  if (!st) TPU_CHECK(tpu_device_set(dev));  // an invalid index or configuration: the runtime's message
   TORCH_CHECK(st, "unknown tpu stream id ", s.id(), " on device ", dev);
   return st;
 }
@@ -124,11 +124,11 @@ tpu_stream_t new_stream(int dev, int priority) {
   return s;
 }
 
-} // namespace
+}  // namespace
 
 tpu_stream_t current_stream(c10::DeviceIndex dev) {
   tpu_stream_t s = tpu_stream_current(dev < 0 ? tpu_device_current() : dev);
-  if (!s) TPU_CHECK(tpu_device_set(dev));   // an invalid index: raise the runtime's message
+  if (!s) TPU_CHECK(tpu_device_set(dev));  // an invalid index: raise the runtime's message
   TORCH_CHECK(s, "tpu: no stream for device ", int(dev));
   return s;
 }
@@ -199,14 +199,12 @@ struct TPUHostAllocator final : public c10::Allocator {
     return {p, p, &host_deleter, c10::Device(c10::DeviceType::CPU)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &host_deleter; }
-  void copy_data(void* dest, const void* src, std::size_t count) const override {
-    std::memcpy(dest, src, count);
-  }
+  void copy_data(void* dest, const void* src, std::size_t count) const override { std::memcpy(dest, src, count); }
 };
 
 TPUHostAllocator g_host_allocator;
 
-} // namespace
+}  // namespace
 
 c10::Allocator* device_allocator() { return &g_allocator; }
 
@@ -229,7 +227,10 @@ struct TPUGenerator final : public c10::GeneratorImpl {
   explicit TPUGenerator(c10::DeviceIndex idx)
       : c10::GeneratorImpl{c10::Device(c10::DeviceType::PrivateUse1, idx),
                            c10::DispatchKeySet(c10::DispatchKey::PrivateUse1)} {}
-  void set_current_seed(uint64_t seed) override { seed_ = seed; offset_ = 0; }
+  void set_current_seed(uint64_t seed) override {
+    seed_ = seed;
+    offset_ = 0;
+  }
   void set_offset(uint64_t offset) override { offset_ = offset; }
   uint64_t get_offset() const override { return offset_; }
   uint64_t current_seed() const override { return seed_; }
@@ -269,7 +270,7 @@ struct TPUGenerator final : public c10::GeneratorImpl {
 std::once_flag g_gen_once[16];
 std::array<at::Generator, 16> g_default_gens;
 
-} // namespace
+}  // namespace
 
 const at::Generator& default_generator(c10::DeviceIndex idx) {
   if (idx < 0) idx = tpu_device_current();
@@ -332,7 +333,8 @@ struct TPUGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   void destroyEvent(void* event, const c10::DeviceIndex) const noexcept override {
     tpu_event_destroy(static_cast<tpu_event_t>(event));
   }
-  void record(void** event, const c10::Stream& stream, const c10::DeviceIndex, const c10::EventFlag flag) const override {
+  void record(void** event, const c10::Stream& stream, const c10::DeviceIndex,
+              const c10::EventFlag flag) const override {
     if (!*event) {
       tpu_event_t e = nullptr;
       TPU_CHECK(tpu_event_create(flag == c10::EventFlag::BACKEND_DEFAULT, &e));
@@ -404,7 +406,7 @@ const bool g_registered = register_all();
 
 // ---------------------------------------------------------------- op library for Python
 int64_t py_device_count() {
-  TPU_CHECK(tpu_init());   // a bad environment raises here, not as "0 devices"
+  TPU_CHECK(tpu_init());  // a bad environment raises here, not as "0 devices"
   return tpu_device_count();
 }
 void py_init() { TPU_CHECK(tpu_init()); }
@@ -430,9 +432,9 @@ std::tuple<std::string, int64_t, std::string, int64_t> py_props(int64_t d) {
 std::vector<int64_t> py_mem_stats(int64_t d) {
   tpu_mem_stats s;
   TPU_CHECK(tpu_mem_get_stats(static_cast<int>(d), &s));
-  return {int64_t(s.allocated), int64_t(s.peak_allocated), int64_t(s.reserved), int64_t(s.peak_reserved),
-          int64_t(s.num_allocs), int64_t(s.num_frees), int64_t(s.num_ooms), int64_t(s.num_cache_flushes),
-          int64_t(s.capacity)};
+  return {int64_t(s.allocated),     int64_t(s.peak_allocated),    int64_t(s.reserved),
+          int64_t(s.peak_reserved), int64_t(s.num_allocs),        int64_t(s.num_frees),
+          int64_t(s.num_ooms),      int64_t(s.num_cache_flushes), int64_t(s.capacity)};
 }
 void py_reset_peak(int64_t d) { TPU_CHECK(tpu_mem_reset_peak(static_cast<int>(d))); }
 void py_empty_cache() {
@@ -480,9 +482,9 @@ void py_set_eager_mode(const std::string& name) {
 std::string py_get_eager_mode() { return tpu_eager_mode_name(tpu_get_eager_mode()); }
 bool py_is_pinned_ptr(int64_t p) { return tpu_host_is_pinned(reinterpret_cast<void*>(p)); }
 
-} // namespace
+}  // namespace
 
-} // namespace at::tpu
+}  // namespace at::tpu
 
 TORCH_LIBRARY(torch_tpu, m) {
   using namespace at::tpu;

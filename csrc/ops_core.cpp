@@ -31,25 +31,46 @@ namespace at::tpu {
 // ---------------------------------------------------------------- descriptors
 bool dtype_supported(c10::ScalarType st) {
   switch (st) {
-    case kFloat: case kDouble: case kHalf: case kBFloat16: case kByte: case kChar:
-    case kShort: case kInt: case kLong: case kBool: return true;
-    default: return false;
+    case kFloat:
+    case kDouble:
+    case kHalf:
+    case kBFloat16:
+    case kByte:
+    case kChar:
+    case kShort:
+    case kInt:
+    case kLong:
+    case kBool:
+      return true;
+    default:
+      return false;
   }
 }
 
 tpu_dtype to_tpu_dtype(c10::ScalarType st) {
   switch (st) {
-    case kFloat: return TPU_F32;
-    case kDouble: return TPU_F64;
-    case kHalf: return TPU_F16;
-    case kBFloat16: return TPU_BF16;
-    case kByte: return TPU_U8;
-    case kChar: return TPU_I8;
-    case kShort: return TPU_I16;
-    case kInt: return TPU_I32;
-    case kLong: return TPU_I64;
-    case kBool: return TPU_BOOL;
-    default: TORCH_CHECK_NOT_IMPLEMENTED(false, "tpu does not support dtype ", st, " yet");
+    case kFloat:
+      return TPU_F32;
+    case kDouble:
+      return TPU_F64;
+    case kHalf:
+      return TPU_F16;
+    case kBFloat16:
+      return TPU_BF16;
+    case kByte:
+      return TPU_U8;
+    case kChar:
+      return TPU_I8;
+    case kShort:
+      return TPU_I16;
+    case kInt:
+      return TPU_I32;
+    case kLong:
+      return TPU_I64;
+    case kBool:
+      return TPU_BOOL;
+    default:
+      TORCH_CHECK_NOT_IMPLEMENTED(false, "tpu does not support dtype ", st, " yet");
   }
 }
 
@@ -66,8 +87,10 @@ static tpu_tensor storage_desc(const at::Tensor& t) {
 
 tpu_tensor desc(const at::Tensor& t) {
   TORCH_CHECK(t.dim() <= TPU_MAX_DIMS, "tpu supports tensors of at most ", TPU_MAX_DIMS, " dims, got ", t.dim());
-  TORCH_CHECK(t.device().is_privateuseone(), "Expected all tensors to be on the same device, but found at least two "
-              "devices, tpu and ", t.device(), "!");
+  TORCH_CHECK(t.device().is_privateuseone(),
+              "Expected all tensors to be on the same device, but found at least two "
+              "devices, tpu and ",
+              t.device(), "!");
   tpu_tensor d = storage_desc(t);
   d.ndim = static_cast<int32_t>(t.dim());
   for (int64_t i = 0; i < t.dim(); i++) {
@@ -86,7 +109,11 @@ tpu_tensor desc_scalar(const c10::Scalar& s, c10::ScalarType compute) {
 
 tpu_tensor desc1d(const at::Tensor& t) {
   tpu_tensor d = desc(t);
-  if (d.ndim == 0) { d.ndim = 1; d.sizes[0] = 1; d.strides[0] = 1; }
+  if (d.ndim == 0) {
+    d.ndim = 1;
+    d.sizes[0] = 1;
+    d.strides[0] = 1;
+  }
   return d;
 }
 
@@ -96,8 +123,9 @@ tpu_tensor operand(const at::Tensor& t, const at::Tensor& out, c10::ScalarType c
                 out.device(), " and cpu!");
     return desc_scalar(t.item(), compute);
   }
-  TORCH_CHECK(t.device() == out.device(), "Expected all tensors to be on the same device, but found at least two devices, ",
-              out.device(), " and ", t.device(), "!");
+  TORCH_CHECK(t.device() == out.device(),
+              "Expected all tensors to be on the same device, but found at least two devices, ", out.device(), " and ",
+              t.device(), "!");
   if (t.sizes().equals(out.sizes())) return desc(t);
   return desc(t.expand(out.sizes()));
 }
@@ -125,9 +153,7 @@ void ew(tpu_op op, const at::Tensor& out, std::initializer_list<at::Tensor> ins,
   submit(op, ts, n, p);
 }
 
-void device_copy(const at::Tensor& dst, const at::Tensor& src) {
-  ew(TPU_OP_COPY, dst, {src}, dst.scalar_type());
-}
+void device_copy(const at::Tensor& dst, const at::Tensor& src) { ew(TPU_OP_COPY, dst, {src}, dst.scalar_type()); }
 
 at::Tensor wrap(const c10::Scalar& s) {
   auto t = at::scalar_tensor(s, at::TensorOptions().dtype(s.type()));
@@ -145,20 +171,23 @@ static at::Tensor& fill_s(at::Tensor& self, const c10::Scalar& v) {
   return self;
 }
 static at::Tensor& fill_t(at::Tensor& self, const at::Tensor& v) {
-  TORCH_CHECK(v.dim() == 0, "fill_ only supports 0-dimension value tensor but got tensor with ", v.dim(), " dimensions.");
+  TORCH_CHECK(v.dim() == 0, "fill_ only supports 0-dimension value tensor but got tensor with ", v.dim(),
+              " dimensions.");
   if (v.device().is_cpu()) return fill_s(self, v.item());
   ew(TPU_OP_FILL, self, {v}, self.scalar_type());
   return self;
 }
 static at::Tensor& zero_(at::Tensor& self) { return fill_s(self, 0); }
 
-static at::Tensor& arange_out(const c10::Scalar& start, const c10::Scalar& end, const c10::Scalar& step, at::Tensor& out) {
+static at::Tensor& arange_out(const c10::Scalar& start, const c10::Scalar& end, const c10::Scalar& step,
+                              at::Tensor& out) {
   double xs = start.toDouble(), xe = end.toDouble(), st = step.toDouble();
   TORCH_CHECK(st != 0, "step must be nonzero");
   TORCH_CHECK(std::isfinite(xs) && std::isfinite(xe), "unsupported range: ", xs, " -> ", xe);
   TORCH_CHECK((st > 0 && xe >= xs) || (st < 0 && xe <= xs), "upper bound and larger bound inconsistent with step sign");
   int64_t n;
-  if (isIntegralType(out.scalar_type(), true) && start.isIntegral(true) && end.isIntegral(true) && step.isIntegral(true)) {
+  if (isIntegralType(out.scalar_type(), true) && start.isIntegral(true) && end.isIntegral(true) &&
+      step.isIntegral(true)) {
     int64_t s = start.toLong(), e = end.toLong(), k = step.toLong();
     n = (e - s + k + (k > 0 ? -1 : 1)) / k;
   } else {
@@ -182,14 +211,11 @@ static at::Tensor& linspace_out(const c10::Scalar& start, const c10::Scalar& end
   p.compute_dtype = to_tpu_dtype(out.scalar_type());
   tpu_tensor t = desc(out);
   submit(TPU_OP_ARANGE, &t, 1, p);
-  if (steps > 1) out.select(0, steps - 1).fill_(end);   // exact end point, as PyTorch gives
+  if (steps > 1) out.select(0, steps - 1).fill_(end);  // exact end point, as PyTorch gives
   return out;
 }
 
-static void record_stream(at::Tensor& self, c10::Stream s) {
-  device_allocator_record(self.storage().data_ptr(), s);
-}
-
+static void record_stream(at::Tensor& self, c10::Stream s) { device_allocator_record(self.storage().data_ptr(), s); }
 
 static bool plain(const at::Tensor& t) { return t.is_contiguous() && t.is_non_overlapping_and_dense(); }
 
@@ -286,7 +312,8 @@ static at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::
   c10::OptionalDeviceGuard g(device);
   auto st = dtype.value_or(default_float());
   TORCH_CHECK(dtype_supported(st), "tpu does not support dtype ", st, " yet");
-  return at::detail::empty_generic(size, device_allocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), st, mf);
+  return at::detail::empty_generic(size, device_allocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), st,
+                                   mf);
 }
 
 static at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::optional<c10::ScalarType> dtype,
@@ -295,7 +322,8 @@ static at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, 
   c10::OptionalDeviceGuard g(device);
   auto st = dtype.value_or(default_float());
   TORCH_CHECK(dtype_supported(st), "tpu does not support dtype ", st, " yet");
-  return at::detail::empty_strided_generic(size, stride, device_allocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), st);
+  return at::detail::empty_strided_generic(size, stride, device_allocator(),
+                                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), st);
 }
 
 static void resize_storage(const at::Tensor& self, size_t nbytes) {
@@ -314,7 +342,8 @@ static const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size, 
   if (self.sizes().equals(size) && !(mf && *mf != c10::MemoryFormat::Preserve)) return self;
   impl->set_sizes_contiguous(size);
   if (mf && *mf != c10::MemoryFormat::Preserve) impl->empty_tensor_restride(*mf);
-  size_t nbytes = at::detail::computeStorageNbytes(size, impl->strides(), self.dtype().itemsize(), self.storage_offset());
+  size_t nbytes =
+      at::detail::computeStorageNbytes(size, impl->strides(), self.dtype().itemsize(), self.storage_offset());
   resize_storage(self, nbytes);
   return self;
 }
@@ -329,8 +358,10 @@ static at::Tensor& set_storage(at::Tensor& self, c10::Storage source, int64_t of
   auto* impl = self.unsafeGetTensorImpl();
   impl->set_storage_keep_dtype(std::move(source));
   impl->set_storage_offset(offset);
-  if (stride.data()) impl->set_sizes_and_strides(size, stride);
-  else impl->set_sizes_contiguous(size);
+  if (stride.data())
+    impl->set_sizes_and_strides(size, stride);
+  else
+    impl->set_sizes_contiguous(size);
   size_t nbytes = at::detail::computeStorageNbytes(impl->sizes(), impl->strides(), self.dtype().itemsize(), offset);
   resize_storage(self, nbytes);
   return self;
@@ -361,10 +392,16 @@ static at::Tensor& set_empty(at::Tensor& self) {
 static bool dense_strided(const at::Tensor& t) {
   if (t.layout() != c10::kStrided || t.is_quantized() || t.is_nested()) return false;
   switch (t.device().type()) {
-    case c10::DeviceType::CPU: case c10::DeviceType::CUDA: case c10::DeviceType::HIP:
-    case c10::DeviceType::MPS: case c10::DeviceType::XPU: case c10::DeviceType::HPU:
-    case c10::DeviceType::PrivateUse1: return true;
-    default: return false;
+    case c10::DeviceType::CPU:
+    case c10::DeviceType::CUDA:
+    case c10::DeviceType::HIP:
+    case c10::DeviceType::MPS:
+    case c10::DeviceType::XPU:
+    case c10::DeviceType::HPU:
+    case c10::DeviceType::PrivateUse1:
+      return true;
+    default:
+      return false;
   }
 }
 static bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
@@ -378,14 +415,22 @@ static at::Tensor& cat_out(const at::ITensorListRef& tensors, int64_t dim, at::T
   TORCH_CHECK(!mat.empty(), "torch.cat(): expected a non-empty list of Tensors");
   // Skip legacy empty 1-d tensors, as PyTorch does.
   const at::Tensor* ref = nullptr;
-  for (const at::Tensor& t : mat) if (!(t.dim() == 1 && t.numel() == 0)) { ref = &t; break; }
-  if (!ref) { at::native::resize_output(out, {0}); return out; }
+  for (const at::Tensor& t : mat)
+    if (!(t.dim() == 1 && t.numel() == 0)) {
+      ref = &t;
+      break;
+    }
+  if (!ref) {
+    at::native::resize_output(out, {0});
+    return out;
+  }
   int64_t d = at::maybe_wrap_dim(dim, ref->dim());
   std::vector<int64_t> shape(ref->sizes().begin(), ref->sizes().end());
   int64_t total = 0;
   for (const at::Tensor& t : mat) {
     if (t.dim() == 1 && t.numel() == 0) continue;
-    TORCH_CHECK(t.dim() == ref->dim(), "Tensors must have same number of dimensions: got ", ref->dim(), " and ", t.dim());
+    TORCH_CHECK(t.dim() == ref->dim(), "Tensors must have same number of dimensions: got ", ref->dim(), " and ",
+                t.dim());
     for (int64_t i = 0; i < t.dim(); i++)
       TORCH_CHECK(i == d || t.size(i) == shape[i], "Sizes of tensors must match except in dimension ", d,
                   ". Expected size ", shape[i], " but got size ", t.size(i), " for tensor number 1 in the list.");
@@ -421,19 +466,20 @@ bool fb_enabled_now() {
   return v == 1;
 }
 
-} // namespace
+}  // namespace
 
 void note_cpu_fallback(const std::string& full) {
   TORCH_CHECK_NOT_IMPLEMENTED(fb_enabled_now(), "The operator '", full,
-      "' is not currently implemented for the tpu device, and the CPU fallback is disabled "
-      "(TORCH_TPU_CPU_FALLBACK=0). Unset it to run this op on the CPU.");
+                              "' is not currently implemented for the tpu device, and the CPU fallback is disabled "
+                              "(TORCH_TPU_CPU_FALLBACK=0). Unset it to run this op on the CPU.");
   bool first;
   {
     std::lock_guard<std::mutex> g(g_fb_mu);
     first = fb_counts()[full]++ == 0;
   }
   if (first)
-    TORCH_WARN("The operator '", full, "' is not currently supported on the tpu backend and will fall back to run "
+    TORCH_WARN("The operator '", full,
+               "' is not currently supported on the tpu backend and will fall back to run "
                "on the CPU. This may have performance implications.");
 }
 
@@ -460,7 +506,7 @@ void use_tpu_generator(const c10::FunctionSchema& schema, torch::jit::Stack* sta
     for (size_t k = base; k < stack->size() && dev < 0; k++)
       if ((*stack)[k].isTensor() && (*stack)[k].toTensor().device().type() == c10::DeviceType::PrivateUse1)
         dev = (*stack)[k].toTensor().device().index();
-    for (size_t k = base; k < stack->size() && dev < 0; k++)   // factory functions: device=tpu:N
+    for (size_t k = base; k < stack->size() && dev < 0; k++)  // factory functions: device=tpu:N
       if ((*stack)[k].isDevice() && (*stack)[k].toDevice().type() == c10::DeviceType::PrivateUse1)
         dev = (*stack)[k].toDevice().index();
     auto [seed, off] = philox_next(gen, dev);
@@ -474,13 +520,16 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   use_tpu_generator(op.schema(), stack);
   at::native::cpu_fallback(op, stack);
 }
-} // namespace
+}  // namespace
 
 std::tuple<std::vector<std::string>, std::vector<int64_t>> fallback_counts() {
   std::lock_guard<std::mutex> g(g_fb_mu);
   std::vector<std::string> n;
   std::vector<int64_t> c;
-  for (auto& [k, v] : fb_counts()) { n.push_back(k); c.push_back(v); }
+  for (auto& [k, v] : fb_counts()) {
+    n.push_back(k);
+    c.push_back(v);
+  }
   return {n, c};
 }
 void reset_fallback_counts() {
@@ -490,7 +539,7 @@ void reset_fallback_counts() {
 void set_fallback_enabled(bool on) { g_fb_enabled.store(on ? 1 : 0); }
 bool fallback_enabled() { return fb_enabled_now(); }
 
-} // namespace at::tpu
+}  // namespace at::tpu
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&at::tpu::cpu_fallback>());

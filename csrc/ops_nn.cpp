@@ -26,9 +26,12 @@ namespace at::tpu {
 // ---------------------------------------------------------------- matrix unit
 static int matmul_precision() {
   switch (at::globalContext().float32MatmulPrecision()) {
-    case at::Float32MatmulPrecision::HIGHEST: return 0;
-    case at::Float32MatmulPrecision::HIGH: return 1;
-    default: return 2;
+    case at::Float32MatmulPrecision::HIGHEST:
+      return 0;
+    case at::Float32MatmulPrecision::HIGH:
+      return 1;
+    default:
+      return 2;
   }
 }
 
@@ -36,8 +39,12 @@ static int matmul_precision() {
 static tpu_tensor as3(const at::Tensor& t, int64_t b, int64_t r, int64_t c, int64_t sb, int64_t sr, int64_t sc) {
   tpu_tensor d = desc(t);
   d.ndim = 3;
-  d.sizes[0] = b; d.sizes[1] = r; d.sizes[2] = c;
-  d.strides[0] = sb; d.strides[1] = sr; d.strides[2] = sc;
+  d.sizes[0] = b;
+  d.sizes[1] = r;
+  d.sizes[2] = c;
+  d.strides[0] = sb;
+  d.strides[1] = sr;
+  d.strides[2] = sc;
   return d;
 }
 static tpu_tensor mat3(const at::Tensor& m) { return as3(m, 1, m.size(0), m.size(1), 0, m.stride(0), m.stride(1)); }
@@ -47,8 +54,8 @@ static void check_mm(const at::Tensor& a, const at::Tensor& b, const char* name)
   TORCH_CHECK(b.dim() == 2, name, ": mat2 must be a matrix");
   TORCH_CHECK(a.size(1) == b.size(0), "mat1 and mat2 shapes cannot be multiplied (", a.size(0), "x", a.size(1), " and ",
               b.size(0), "x", b.size(1), ")");
-  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "expected m1 and m2 to have the same dtype, but got: ", a.scalar_type(),
-              " != ", b.scalar_type());
+  TORCH_CHECK(a.scalar_type() == b.scalar_type(),
+              "expected m1 and m2 to have the same dtype, but got: ", a.scalar_type(), " != ", b.scalar_type());
 }
 
 static void gemm(const at::Tensor& out, tpu_tensor o, tpu_tensor a, tpu_tensor b, const at::Tensor* c, tpu_tensor cd,
@@ -73,14 +80,18 @@ static at::Tensor& addmm_out(const at::Tensor& self, const at::Tensor& a, const 
   gemm(out, mat3(out), mat3(a), mat3(b), &c, mat3(c), alpha.toDouble(), beta.toDouble());
   return out;
 }
-static tpu_tensor bat3(const at::Tensor& t) { return as3(t, t.size(0), t.size(1), t.size(2), t.stride(0), t.stride(1), t.stride(2)); }
+static tpu_tensor bat3(const at::Tensor& t) {
+  return as3(t, t.size(0), t.size(1), t.size(2), t.stride(0), t.stride(1), t.stride(2));
+}
 static void check_bmm(const at::Tensor& a, const at::Tensor& b) {
   TORCH_CHECK(a.dim() == 3, "batch1 must be a 3D tensor");
   TORCH_CHECK(b.dim() == 3, "batch2 must be a 3D tensor");
-  TORCH_CHECK(a.size(0) == b.size(0), "batch1 and batch2 must have same number of batches, got ", a.size(0), " and ", b.size(0));
-  TORCH_CHECK(a.size(2) == b.size(1), "Expected size for first two dimensions of batch2 tensor to be: [", a.size(0), ", ",
-              a.size(2), "] but got: [", b.size(0), ", ", b.size(1), "].");
-  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "expected scalar type ", a.scalar_type(), " but found ", b.scalar_type());
+  TORCH_CHECK(a.size(0) == b.size(0), "batch1 and batch2 must have same number of batches, got ", a.size(0), " and ",
+              b.size(0));
+  TORCH_CHECK(a.size(2) == b.size(1), "Expected size for first two dimensions of batch2 tensor to be: [", a.size(0),
+              ", ", a.size(2), "] but got: [", b.size(0), ", ", b.size(1), "].");
+  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "expected scalar type ", a.scalar_type(), " but found ",
+              b.scalar_type());
 }
 static at::Tensor& bmm_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
   check_bmm(a, b);
@@ -88,8 +99,8 @@ static at::Tensor& bmm_out(const at::Tensor& a, const at::Tensor& b, at::Tensor&
   gemm(out, bat3(out), bat3(a), bat3(b), nullptr, {}, 1.0, 0.0);
   return out;
 }
-static at::Tensor& baddbmm_out(const at::Tensor& self, const at::Tensor& a, const at::Tensor& b, const c10::Scalar& beta,
-                               const c10::Scalar& alpha, at::Tensor& out) {
+static at::Tensor& baddbmm_out(const at::Tensor& self, const at::Tensor& a, const at::Tensor& b,
+                               const c10::Scalar& beta, const c10::Scalar& alpha, at::Tensor& out) {
   check_bmm(a, b);
   at::native::resize_output(out, {a.size(0), a.size(1), b.size(2)});
   at::Tensor c = self.expand({a.size(0), a.size(1), b.size(2)});
@@ -98,8 +109,10 @@ static at::Tensor& baddbmm_out(const at::Tensor& self, const at::Tensor& a, cons
 }
 static at::Tensor& addmv_out(const at::Tensor& self, const at::Tensor& m, const at::Tensor& v, const c10::Scalar& beta,
                              const c10::Scalar& alpha, at::Tensor& out) {
-  TORCH_CHECK(m.dim() == 2 && v.dim() == 1, "vector + matrix @ vector expected, got ", self.dim(), ", ", m.dim(), ", ", v.dim());
-  TORCH_CHECK(m.size(1) == v.size(0), "size mismatch, got input (", self.size(0), "), mat (", m.size(0), "x", m.size(1), "), vec (", v.size(0), ")");
+  TORCH_CHECK(m.dim() == 2 && v.dim() == 1, "vector + matrix @ vector expected, got ", self.dim(), ", ", m.dim(), ", ",
+              v.dim());
+  TORCH_CHECK(m.size(1) == v.size(0), "size mismatch, got input (", self.size(0), "), mat (", m.size(0), "x", m.size(1),
+              "), vec (", v.size(0), ")");
   at::native::resize_output(out, {m.size(0)});
   at::Tensor c = self.expand({m.size(0)});
   gemm(out, as3(out, 1, m.size(0), 1, 0, out.stride(0), 0), mat3(m), as3(v, 1, v.size(0), 1, 0, v.stride(0), 0), &c,
@@ -108,12 +121,14 @@ static at::Tensor& addmv_out(const at::Tensor& self, const at::Tensor& m, const 
 }
 static at::Tensor dot(const at::Tensor& a, const at::Tensor& b) {
   TORCH_CHECK(a.dim() == 1 && b.dim() == 1, "1D tensors expected, but got ", a.dim(), "D and ", b.dim(), "D tensors");
-  TORCH_CHECK(a.numel() == b.numel(), "inconsistent tensor size, expected tensor [", a.numel(), "] and src [", b.numel(),
-              "] to have the same number of elements, but got ", a.numel(), " and ", b.numel(), " elements respectively");
-  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "dot : expected both vectors to have same dtype, but found ", a.scalar_type(), " and ", b.scalar_type());
+  TORCH_CHECK(a.numel() == b.numel(), "inconsistent tensor size, expected tensor [", a.numel(), "] and src [",
+              b.numel(), "] to have the same number of elements, but got ", a.numel(), " and ", b.numel(),
+              " elements respectively");
+  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "dot : expected both vectors to have same dtype, but found ",
+              a.scalar_type(), " and ", b.scalar_type());
   auto out = at::empty({}, a.options());
-  gemm(out, as3(out, 1, 1, 1, 0, 0, 0), as3(a, 1, 1, a.size(0), 0, 0, a.stride(0)), as3(b, 1, b.size(0), 1, 0, b.stride(0), 0),
-       nullptr, {}, 1.0, 0.0);
+  gemm(out, as3(out, 1, 1, 1, 0, 0, 0), as3(a, 1, 1, a.size(0), 0, 0, a.stride(0)),
+       as3(b, 1, b.size(0), 1, 0, b.stride(0), 0), nullptr, {}, 1.0, 0.0);
   return out;
 }
 
@@ -122,7 +137,9 @@ static at::Tensor& softmax_like(tpu_op op, const at::Tensor& x, int64_t dim, at:
   at::native::resize_output(out, x.sizes());
   if (out.numel() == 0) return out;
   tpu_tensor ts[2] = {desc1d(out), desc1d(x)};
-  submit(op, ts, 2, TPU_PARAMS(SOFTMAX, .dim = at::maybe_wrap_dim(dim, std::max<int64_t>(x.dim(), 1))));   // LOG_SOFTMAX packs the same
+  submit(op, ts, 2,
+         TPU_PARAMS(SOFTMAX,
+                    .dim = at::maybe_wrap_dim(dim, std::max<int64_t>(x.dim(), 1))));  // LOG_SOFTMAX packs the same
   return out;
 }
 static at::Tensor& softmax_out(const at::Tensor& x, int64_t dim, bool half_to_float, at::Tensor& out) {
@@ -137,7 +154,9 @@ static at::Tensor& softmax_bwd(tpu_op op, const at::Tensor& g, const at::Tensor&
   at::native::resize_output(out, g.sizes());
   if (out.numel() == 0) return out;
   tpu_tensor ts[3] = {desc1d(out), desc1d(g), desc1d(y)};
-  submit(op, ts, 3, TPU_PARAMS(SOFTMAX_BWD, .dim = at::maybe_wrap_dim(dim, std::max<int64_t>(g.dim(), 1))));   // LOG_SOFTMAX_BWD packs the same
+  submit(op, ts, 3,
+         TPU_PARAMS(SOFTMAX_BWD,
+                    .dim = at::maybe_wrap_dim(dim, std::max<int64_t>(g.dim(), 1))));  // LOG_SOFTMAX_BWD packs the same
   return out;
 }
 static at::Tensor& softmax_backward_out(const at::Tensor& g, const at::Tensor& y, int64_t dim, c10::ScalarType,
@@ -150,41 +169,55 @@ static at::Tensor& log_softmax_backward_out(const at::Tensor& g, const at::Tenso
 }
 
 static std::tuple<at::Tensor&, at::Tensor&> nll_loss_forward_out(const at::Tensor& self, const at::Tensor& target,
-    const std::optional<at::Tensor>& weight, int64_t reduction, int64_t ignore_index, at::Tensor& output,
-    at::Tensor& total_weight) {
+                                                                 const std::optional<at::Tensor>& weight,
+                                                                 int64_t reduction, int64_t ignore_index,
+                                                                 at::Tensor& output, at::Tensor& total_weight) {
   TORCH_CHECK(self.dim() > 0 && self.dim() <= 2, "input tensor should be 1D or 2D");
   TORCH_CHECK(target.dim() <= 1, "0D or 1D target tensor expected, multi-target not supported");
   const bool no_batch = self.dim() == 1 && target.dim() == 0;
-  TORCH_CHECK(no_batch || self.size(0) == target.size(0), "size mismatch (got input: ", self.sizes(), ", target: ",
-              target.sizes(), ")");
-  if (reduction == 0 && self.dim() == 2) at::native::resize_output(output, {self.size(0)});
-  else at::native::resize_output(output, {});
+  TORCH_CHECK(no_batch || self.size(0) == target.size(0), "size mismatch (got input: ", self.sizes(),
+              ", target: ", target.sizes(), ")");
+  if (reduction == 0 && self.dim() == 2)
+    at::native::resize_output(output, {self.size(0)});
+  else
+    at::native::resize_output(output, {});
   at::native::resize_output(total_weight, {});
   bool hw = weight.has_value() && weight->defined();
   tpu_tensor ts[5] = {desc(output), desc(total_weight), desc(self), desc(target), hw ? desc(*weight) : tpu_tensor{}};
   submit(TPU_OP_NLL_LOSS, ts, hw ? 5 : 4, TPU_PARAMS(NLL_LOSS, .reduction = reduction, .ignore_index = ignore_index));
   return {output, total_weight};
 }
-static at::Tensor& nll_loss_backward_out(const at::Tensor& grad_output, const at::Tensor& self, const at::Tensor& target,
-    const std::optional<at::Tensor>& weight, int64_t reduction, int64_t ignore_index, const at::Tensor& total_weight,
-    at::Tensor& grad_input) {
+static at::Tensor& nll_loss_backward_out(const at::Tensor& grad_output, const at::Tensor& self,
+                                         const at::Tensor& target, const std::optional<at::Tensor>& weight,
+                                         int64_t reduction, int64_t ignore_index, const at::Tensor& total_weight,
+                                         at::Tensor& grad_input) {
   at::native::resize_output(grad_input, self.sizes());
   if (grad_input.numel() == 0) return grad_input;
   bool hw = weight.has_value() && weight->defined();
-  tpu_tensor ts[5] = {desc(grad_input), desc(grad_output), desc(target), desc(total_weight), hw ? desc(*weight) : tpu_tensor{}};
-  submit(TPU_OP_NLL_LOSS_BWD, ts, hw ? 5 : 4, TPU_PARAMS(NLL_LOSS_BWD, .reduction = reduction, .ignore_index = ignore_index));
+  tpu_tensor ts[5] = {desc(grad_input), desc(grad_output), desc(target), desc(total_weight),
+                      hw ? desc(*weight) : tpu_tensor{}};
+  submit(TPU_OP_NLL_LOSS_BWD, ts, hw ? 5 : 4,
+         TPU_PARAMS(NLL_LOSS_BWD, .reduction = reduction, .ignore_index = ignore_index));
   return grad_input;
 }
 
 static std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm(const at::Tensor& x, c10::IntArrayRef nshape,
-    const std::optional<at::Tensor>& w, const std::optional<at::Tensor>& b, double eps) {
+                                                                        const std::optional<at::Tensor>& w,
+                                                                        const std::optional<at::Tensor>& b,
+                                                                        double eps) {
   const int64_t nd = static_cast<int64_t>(nshape.size());
   TORCH_CHECK(nd >= 1 && x.dim() >= nd && x.sizes().slice(x.dim() - nd).equals(nshape),
               "Given normalized_shape=", nshape, ", expected input with shape [*, ", c10::Join(", ", nshape),
               "], but got input of size", x.sizes());
   bool hw = w.has_value() && w->defined(), hb = b.has_value() && b->defined();
-  if (hw) TORCH_CHECK(w->sizes().equals(nshape), "Expected weight to be of same shape as normalized_shape, but got weight of shape ", w->sizes(), " and normalized_shape = ", nshape);
-  if (hb) TORCH_CHECK(b->sizes().equals(nshape), "Expected bias to be of same shape as normalized_shape, but got bias of shape ", b->sizes(), " and normalized_shape = ", nshape);
+  if (hw)
+    TORCH_CHECK(w->sizes().equals(nshape),
+                "Expected weight to be of same shape as normalized_shape, but got weight of shape ", w->sizes(),
+                " and normalized_shape = ", nshape);
+  if (hb)
+    TORCH_CHECK(b->sizes().equals(nshape),
+                "Expected bias to be of same shape as normalized_shape, but got bias of shape ", b->sizes(),
+                " and normalized_shape = ", nshape);
   int64_t M = c10::multiply_integers(nshape);
   std::vector<int64_t> sshape(x.sizes().begin(), x.sizes().end() - nd);
   for (int64_t i = 0; i < nd; i++) sshape.push_back(1);
@@ -194,17 +227,26 @@ static std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm(const at
   if (x.numel() == 0) return {y, mean, rstd};
   tpu_tensor ts[6];
   int n = 0;
-  ts[n++] = desc(y); ts[n++] = desc(mean); ts[n++] = desc(rstd); ts[n++] = desc(x);
+  ts[n++] = desc(y);
+  ts[n++] = desc(mean);
+  ts[n++] = desc(rstd);
+  ts[n++] = desc(x);
   at::Tensor wc, bc;
-  if (hw) { wc = w->contiguous(); ts[n++] = desc(wc); }
-  if (hb) { bc = b->contiguous(); ts[n++] = desc(bc); }
+  if (hw) {
+    wc = w->contiguous();
+    ts[n++] = desc(wc);
+  }
+  if (hb) {
+    bc = b->contiguous();
+    ts[n++] = desc(bc);
+  }
   submit(TPU_OP_LAYER_NORM, ts, n, TPU_PARAMS(LAYER_NORM, .cols = M, .has_weight = hw, .has_bias = hb, .eps = eps));
   return {y, mean, rstd};
 }
 
-static std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm_backward(const at::Tensor& g, const at::Tensor& x,
-    c10::IntArrayRef nshape, const at::Tensor& mean, const at::Tensor& rstd, const std::optional<at::Tensor>& w,
-    const std::optional<at::Tensor>& b, std::array<bool, 3> mask) {
+static std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm_backward(
+    const at::Tensor& g, const at::Tensor& x, c10::IntArrayRef nshape, const at::Tensor& mean, const at::Tensor& rstd,
+    const std::optional<at::Tensor>& w, const std::optional<at::Tensor>& b, std::array<bool, 3> mask) {
   bool hw = w.has_value() && w->defined();
   int64_t M = c10::multiply_integers(nshape);
   at::Tensor dx, dw, db;
@@ -218,10 +260,19 @@ static std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm_backward
   }
   tpu_tensor none = tpu_tensor_scalar_f(0, TPU_F32);
   at::Tensor gc = g.contiguous(), xc = x.contiguous(), wc;
-  tpu_tensor ts[8] = {dx.defined() ? desc(dx) : none, dw.defined() ? desc(dw) : none, db.defined() ? desc(db) : none,
-                      desc(gc), desc(xc), desc(mean.contiguous()), desc(rstd.contiguous()), {}};
+  tpu_tensor ts[8] = {dx.defined() ? desc(dx) : none,
+                      dw.defined() ? desc(dw) : none,
+                      db.defined() ? desc(db) : none,
+                      desc(gc),
+                      desc(xc),
+                      desc(mean.contiguous()),
+                      desc(rstd.contiguous()),
+                      {}};
   int n = 7;
-  if (hw) { wc = w->contiguous(); ts[n++] = desc(wc); }
+  if (hw) {
+    wc = w->contiguous();
+    ts[n++] = desc(wc);
+  }
   submit(TPU_OP_LAYER_NORM_BWD, ts, n, TPU_PARAMS(LAYER_NORM_BWD, .cols = M));
   return {dx, dw, db};
 }
@@ -243,8 +294,11 @@ static at::Tensor& index_select_out(const at::Tensor& self, int64_t dim, const a
   TORCH_CHECK(index.dim() <= 1, "index_select(): Index is supposed to be a vector");
   int64_t d = at::maybe_wrap_dim(dim, std::max<int64_t>(self.dim(), 1));
   std::vector<int64_t> shape(self.sizes().begin(), self.sizes().end());
-  if (self.dim() > 0) shape[d] = index.numel();
-  else TORCH_CHECK(index.numel() == 1, "index_select(): Index to scalar can have only 1 value, got ", index.numel(), " value(s)");
+  if (self.dim() > 0)
+    shape[d] = index.numel();
+  else
+    TORCH_CHECK(index.numel() == 1, "index_select(): Index to scalar can have only 1 value, got ", index.numel(),
+                " value(s)");
   at::native::resize_output(out, shape);
   if (out.numel() == 0) return out;
   tpu_tensor ts[3] = {desc1d(out), desc1d(self), desc1d(index)};
@@ -272,7 +326,8 @@ static at::Tensor& scatter_add_out(const at::Tensor& self, int64_t dim, const at
   }
   if (index.numel() == 0) return out;
   tpu_tensor ts[3] = {desc1d(out), desc1d(index), desc1d(src)};
-  submit(TPU_OP_SCATTER_ADD, ts, 3, TPU_PARAMS(SCATTER_ADD, .dim = at::maybe_wrap_dim(dim, std::max<int64_t>(self.dim(), 1))));
+  submit(TPU_OP_SCATTER_ADD, ts, 3,
+         TPU_PARAMS(SCATTER_ADD, .dim = at::maybe_wrap_dim(dim, std::max<int64_t>(self.dim(), 1))));
   return out;
 }
 static at::Tensor& index_add_out(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src,
@@ -284,12 +339,15 @@ static at::Tensor& index_add_out(const at::Tensor& self, int64_t dim, const at::
   }
   if (index.numel() == 0) return out;
   tpu_tensor ts[3] = {desc1d(out), desc1d(index), desc1d(src)};
-  submit(TPU_OP_INDEX_ADD, ts, 3, TPU_PARAMS(INDEX_ADD, .dim = at::maybe_wrap_dim(dim, std::max<int64_t>(self.dim(), 1)), .alpha = alpha.toDouble()));
+  submit(TPU_OP_INDEX_ADD, ts, 3,
+         TPU_PARAMS(INDEX_ADD, .dim = at::maybe_wrap_dim(dim, std::max<int64_t>(self.dim(), 1)),
+                    .alpha = alpha.toDouble()));
   return out;
 }
 static at::Tensor embedding_dense_backward(const at::Tensor& grad, const at::Tensor& indices, int64_t num_weights,
                                            int64_t padding_idx, bool scale_grad_by_freq) {
-  TORCH_CHECK_NOT_IMPLEMENTED(!scale_grad_by_freq, "embedding backward with scale_grad_by_freq=True is not implemented on tpu yet");
+  TORCH_CHECK_NOT_IMPLEMENTED(!scale_grad_by_freq,
+                              "embedding backward with scale_grad_by_freq=True is not implemented on tpu yet");
   int64_t D = grad.size(-1);
   auto out = at::zeros({num_weights, D}, grad.options());
   auto idx = indices.reshape({-1});
@@ -305,18 +363,26 @@ static at::Tensor embedding_dense_backward(const at::Tensor& grad, const at::Ten
 // takes floating probabilities) are the ops' rules in the runtime's ops.def.
 static double float_max(c10::ScalarType st) {
   switch (st) {
-    case kDouble: return std::numeric_limits<double>::max();
-    case kHalf: return 65504.0;
-    case kBFloat16: return 3.3895313892515355e38;
-    default: return std::numeric_limits<float>::max();
+    case kDouble:
+      return std::numeric_limits<double>::max();
+    case kHalf:
+      return 65504.0;
+    case kBFloat16:
+      return 3.3895313892515355e38;
+    default:
+      return std::numeric_limits<float>::max();
   }
 }
 static int float_digits(c10::ScalarType st) {
   switch (st) {
-    case kDouble: return 53;
-    case kHalf: return 11;
-    case kBFloat16: return 8;
-    default: return 24;
+    case kDouble:
+      return 53;
+    case kHalf:
+      return 11;
+    case kBFloat16:
+      return 8;
+    default:
+      return 24;
   }
 }
 
@@ -363,13 +429,23 @@ static at::Tensor& bernoulli_t(at::Tensor& self, const at::Tensor& prob, std::op
 // The largest value random_ draws without `to`: 2^digits for floating dtypes, the dtype's max otherwise.
 static int64_t random_max(c10::ScalarType st) {
   switch (st) {
-    case kFloat: case kDouble: case kHalf: case kBFloat16: return int64_t{1} << float_digits(st);
-    case kBool: return 1;
-    case kByte: return 255;
-    case kChar: return 127;
-    case kShort: return 32767;
-    case kInt: return 2147483647;
-    default: return std::numeric_limits<int64_t>::max();
+    case kFloat:
+    case kDouble:
+    case kHalf:
+    case kBFloat16:
+      return int64_t{1} << float_digits(st);
+    case kBool:
+      return 1;
+    case kByte:
+      return 255;
+    case kChar:
+      return 127;
+    case kShort:
+      return 32767;
+    case kInt:
+      return 2147483647;
+    default:
+      return std::numeric_limits<int64_t>::max();
   }
 }
 // [from, to_inc] must fit the dtype (PyTorch's check_from_to_in_range, warnings included).
@@ -392,33 +468,41 @@ static void check_random_range(const at::Tensor& self, int64_t from, int64_t to_
   TORCH_CHECK(from >= mn && from <= mx, "from is out of bounds for ", self.dtype());
   TORCH_CHECK(to_inc >= mn && to_inc <= mx, "to - 1 is out of bounds for ", self.dtype());
 }
-static at::Tensor& random_from(at::Tensor& self, int64_t from, std::optional<int64_t> to, std::optional<at::Generator> gen) {
+static at::Tensor& random_from(at::Tensor& self, int64_t from, std::optional<int64_t> to,
+                               std::optional<at::Generator> gen) {
   auto st = self.scalar_type();
   int64_t high = 0, inclusive = 0;
-  if (to) {                                          // [from, to)
+  if (to) {  // [from, to)
     TORCH_CHECK(from < *to, "random_ expects 'from' to be less than 'to', but got from=", from, " >= to=", *to);
     check_random_range(self, from, *to - 1);
     high = *to;
-  } else if (from != std::numeric_limits<int64_t>::lowest()) {   // [from, random_max]
+  } else if (from != std::numeric_limits<int64_t>::lowest()) {  // [from, random_max]
     int64_t to_inc = random_max(st);
     if (isFloatingType(st))
-      TORCH_CHECK(from < to_inc, "random_ expects 'from' casted to dtype to be less than or equal to 'to_inc' casted "
-                  "to dtype, but got from=", from, " > to_inc=", to_inc);
+      TORCH_CHECK(from < to_inc,
+                  "random_ expects 'from' casted to dtype to be less than or equal to 'to_inc' casted "
+                  "to dtype, but got from=",
+                  from, " > to_inc=", to_inc);
     check_random_range(self, from, to_inc);
     high = to_inc;
     inclusive = 1;
-  } else {                                           // all 2^64 values
+  } else {  // all 2^64 values
     TORCH_CHECK(st == kLong || st == kDouble || st == kFloat || st == kBFloat16,
                 "random_full_64_bits_range_kernel handles only int64, double, float and bfloat16");
     high = std::numeric_limits<int64_t>::max();
     inclusive = 1;
   }
   auto [seed, off] = rand_seed(self, gen);
-  rand_fill(TPU_OP_RAND_INT, self, TPU_PARAMS(RAND_INT, .seed = seed, .offset = off, .low = from, .high = high, .inclusive = inclusive));
+  rand_fill(TPU_OP_RAND_INT, self,
+            TPU_PARAMS(RAND_INT, .seed = seed, .offset = off, .low = from, .high = high, .inclusive = inclusive));
   return self;
 }
-static at::Tensor& random_to(at::Tensor& self, int64_t to, std::optional<at::Generator> gen) { return random_from(self, 0, to, gen); }
-static at::Tensor& random_all(at::Tensor& self, std::optional<at::Generator> gen) { return random_from(self, 0, std::nullopt, gen); }
+static at::Tensor& random_to(at::Tensor& self, int64_t to, std::optional<at::Generator> gen) {
+  return random_from(self, 0, to, gen);
+}
+static at::Tensor& random_all(at::Tensor& self, std::optional<at::Generator> gen) {
+  return random_from(self, 0, std::nullopt, gen);
+}
 
 static std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, double p, std::optional<bool> train) {
   auto mask = at::empty(input.sizes(), input.options().dtype(kBool));
@@ -426,7 +510,12 @@ static std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input
     // PyTorch scales by a float (input * mask * (1 / (1 - p))), which an integer tensor cannot hold.
     TORCH_CHECK(isFloatingType(input.scalar_type()), "result type Float can't be cast to the desired output type ",
                 input.scalar_type());
-    if (p >= 1.0) { mask.zero_(); auto z = at::empty(input.sizes(), input.options()); z.zero_(); return {z, mask}; }
+    if (p >= 1.0) {
+      mask.zero_();
+      auto z = at::empty(input.sizes(), input.options());
+      z.zero_();
+      return {z, mask};
+    }
     bernoulli_f(mask, 1.0 - p, std::nullopt);
     auto out = at::empty(input.sizes(), input.options());
     ew(TPU_OP_MUL, out, {input, mask}, input.scalar_type());
@@ -462,7 +551,9 @@ static tpu_params win_params(int64_t kh, int64_t kw, c10::IntArrayRef st, c10::I
                     .padding = one_d ? pack2(0, at2(pad, 0, 0)) : pack2(at2(pad, 0, 0), at2(pad, 1, 0)),
                     .dilation = one_d ? pack2(1, at2(dil, 0, 1)) : pack2(at2(dil, 0, 1), at2(dil, 1, 1)));
 }
-static int64_t conv_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) { return (in + 2 * p - d * (k - 1) - 1) / s + 1; }
+static int64_t conv_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) {
+  return (in + 2 * p - d * (k - 1) - 1) / s + 1;
+}
 
 // Transposed and 3-d convolutions are not native yet: they run through the
 // counted CPU fallback (warned once, off with TORCH_TPU_CPU_FALLBACK=0).
@@ -482,17 +573,18 @@ static at::Tensor convolution_fallback(const at::Tensor& input, const at::Tensor
       .to(input.device());
 }
 
-static at::Tensor convolution(const at::Tensor& input_, const at::Tensor& weight_, const std::optional<at::Tensor>& bias,
-                              c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
-                              c10::IntArrayRef output_padding, int64_t groups) {
+static at::Tensor convolution(const at::Tensor& input_, const at::Tensor& weight_,
+                              const std::optional<at::Tensor>& bias, c10::IntArrayRef stride, c10::IntArrayRef padding,
+                              c10::IntArrayRef dilation, bool transposed, c10::IntArrayRef output_padding,
+                              int64_t groups) {
   if (!conv_native(input_, transposed))
     return convolution_fallback(input_, weight_, bias, stride, padding, dilation, transposed, output_padding, groups);
   const bool one_d = input_.dim() == 3;
   at::Tensor x = one_d ? input_.unsqueeze(2) : input_, w = one_d ? weight_.unsqueeze(2) : weight_;
   const int64_t N = x.size(0), C = x.size(1), O = w.size(0), kh = w.size(2), kw = w.size(3);
-  TORCH_CHECK(groups > 0 && C % groups == 0 && O % groups == 0 && w.size(1) * groups == C,
-              "Given groups=", groups, ", weight of size ", weight_.sizes(), ", expected input", input_.sizes(),
-              " to have ", w.size(1) * groups, " channels, but got ", C, " channels instead");
+  TORCH_CHECK(groups > 0 && C % groups == 0 && O % groups == 0 && w.size(1) * groups == C, "Given groups=", groups,
+              ", weight of size ", weight_.sizes(), ", expected input", input_.sizes(), " to have ", w.size(1) * groups,
+              " channels, but got ", C, " channels instead");
   tpu_params p = win_params(kh, kw, stride, padding, dilation, one_d);
   const tpu_args_IM2COL win = tpu_unpack_IM2COL(&p);
   const int64_t sh = win.stride & 0xffff, sw = win.stride >> 16, ph = win.padding & 0xffff, pw = win.padding >> 16;
@@ -520,15 +612,16 @@ static at::Tensor convolution(const at::Tensor& input_, const at::Tensor& weight
   return one_d ? out.squeeze(2) : out;
 }
 
-static std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(const at::Tensor& grad_, const at::Tensor& input_,
-    const at::Tensor& weight_, c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
-    c10::IntArrayRef output_padding, int64_t groups, std::array<bool, 3> mask) {
+static std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(
+    const at::Tensor& grad_, const at::Tensor& input_, const at::Tensor& weight_, c10::IntArrayRef stride,
+    c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed, c10::IntArrayRef output_padding,
+    int64_t groups, std::array<bool, 3> mask) {
   if (!conv_native(input_, transposed)) {
     note_cpu_fallback("aten::convolution_backward_overrideable");
     std::vector<int64_t> bias_sizes{weight_.size(transposed ? 1 : 0) * (transposed ? groups : 1)};
     auto [gi, gw, gb] = at::convolution_backward(grad_.cpu(), input_.cpu(), weight_.cpu(),
-        mask[2] ? std::optional<c10::IntArrayRef>(bias_sizes) : std::nullopt, stride, padding, dilation, transposed,
-        output_padding, groups, mask);
+                                                 mask[2] ? std::optional<c10::IntArrayRef>(bias_sizes) : std::nullopt,
+                                                 stride, padding, dilation, transposed, output_padding, groups, mask);
     auto back = [&](const at::Tensor& t) { return t.defined() ? t.to(input_.device()) : t; };
     return {back(gi), back(gw), back(gb)};
   }
@@ -547,7 +640,7 @@ static std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(const
   at::Tensor gy3 = gy.view({N, O, L});
   for (int64_t g = 0; g < G; g++) {
     at::Tensor gyg = gy3.narrow(1, g * Og, Og);
-    if (mask[1]) {      // dW_g = sum_n gy_g[n] @ cols_g[n]^T
+    if (mask[1]) {  // dW_g = sum_n gy_g[n] @ cols_g[n]^T
       at::Tensor xg = x.narrow(1, g * Cg, Cg);
       tpu_tensor ts[2] = {desc(cols), desc(xg)};
       submit(TPU_OP_IM2COL, ts, 2, p);
@@ -555,7 +648,7 @@ static std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(const
       gemm(part, bat3(part), bat3(gyg), as3(cols, N, L, K, cols.stride(0), 1, cols.stride(1)), nullptr, {}, 1.0, 0.0);
       gw.narrow(0, g * Og, Og).copy_(part.sum(0));
     }
-    if (mask[0]) {      // dcols = W_g^T @ gy_g, then fold windows back
+    if (mask[0]) {  // dcols = W_g^T @ gy_g, then fold windows back
       at::Tensor wg = wm.narrow(0, g * Og, Og);
       gemm(cols, bat3(cols), as3(wg, N, K, Og, 0, wg.stride(1), wg.stride(0)), bat3(gyg), nullptr, {}, 1.0, 0.0);
       at::Tensor gxg = gx.narrow(1, g * Cg, Cg);
@@ -578,9 +671,11 @@ static int64_t pool_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d, 
 }
 
 static std::tuple<at::Tensor, at::Tensor> max_pool2d_with_indices(const at::Tensor& input, c10::IntArrayRef ks,
-    c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation, bool ceil_mode) {
+                                                                  c10::IntArrayRef stride, c10::IntArrayRef padding,
+                                                                  c10::IntArrayRef dilation, bool ceil_mode) {
   TORCH_CHECK(input.dim() == 3 || input.dim() == 4, "non-empty 3D or 4D (batch mode) tensor expected for input");
-  TORCH_CHECK(ks.size() == 1 || ks.size() == 2, "max_pool2d: kernel_size must either be a single int, or a tuple of two ints");
+  TORCH_CHECK(ks.size() == 1 || ks.size() == 2,
+              "max_pool2d: kernel_size must either be a single int, or a tuple of two ints");
   at::Tensor x = input.dim() == 3 ? input.unsqueeze(0) : input;
   int64_t kh = ks[0], kw = ks.size() == 2 ? ks[1] : ks[0];
   c10::IntArrayRef st = stride.empty() ? ks : stride;
@@ -603,7 +698,9 @@ static std::tuple<at::Tensor, at::Tensor> max_pool2d_with_indices(const at::Tens
 }
 
 static at::Tensor max_pool2d_with_indices_backward(const at::Tensor& grad, const at::Tensor& input, c10::IntArrayRef ks,
-    c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation, bool ceil_mode, const at::Tensor& indices) {
+                                                   c10::IntArrayRef stride, c10::IntArrayRef padding,
+                                                   c10::IntArrayRef dilation, bool ceil_mode,
+                                                   const at::Tensor& indices) {
   const bool three = input.dim() == 3;
   at::Tensor x = three ? input.unsqueeze(0) : input;
   at::Tensor g = three ? grad.unsqueeze(0) : grad, ix = three ? indices.unsqueeze(0) : indices;
@@ -616,7 +713,6 @@ static at::Tensor max_pool2d_with_indices_backward(const at::Tensor& grad, const
   }
   return three ? dx.squeeze(0) : dx;
 }
-
 
 // masked_select: count on the device, read the count (a sync, as on any
 // accelerator: the output size depends on the data), then compact.
@@ -634,7 +730,6 @@ static at::Tensor masked_select(const at::Tensor& self, const at::Tensor& mask) 
   return out;
 }
 
-
 // ---------------------------------------------------------------- rnn cells
 // On an accelerator PyTorch runs nn.LSTM / nn.GRU / nn.LSTMCell / nn.GRUCell
 // as two gate GEMMs per step plus one fused cell (_thnn_fused_*_cell), whose
@@ -646,7 +741,8 @@ static const char* const kCellArgs[] = {"input_gates", "hidden_gates", "prev_hid
 // Shapes as PyTorch's fused cells check them; returns whether biases are given.
 static bool check_cell(const char* fn, const at::Tensor& ig, const at::Tensor& hg, const at::Tensor& prev,
                        const std::optional<at::Tensor>& ib, const std::optional<at::Tensor>& hb, int64_t factor) {
-  TORCH_CHECK(ig.dim() == 2, fn, ": expected input_gates to be 2-d [batch, ", factor, " * hidden], got size ", ig.sizes());
+  TORCH_CHECK(ig.dim() == 2, fn, ": expected input_gates to be 2-d [batch, ", factor, " * hidden], got size ",
+              ig.sizes());
   TORCH_CHECK(hg.sizes().equals(ig.sizes()), fn, ": expected hidden_gates of size ", ig.sizes(), ", got ", hg.sizes());
   TORCH_CHECK(ig.size(1) % factor == 0, fn, ": input_gates has ", ig.size(1), " columns, not a multiple of ", factor);
   const int64_t B = ig.size(0), H = ig.size(1) / factor;
@@ -660,18 +756,23 @@ static bool check_cell(const char* fn, const at::Tensor& ig, const at::Tensor& h
     if (k >= 3)
       TORCH_CHECK(ts[k]->dim() == 1 && ts[k]->size(0) == ig.size(1), fn, ": expected ", kCellArgs[k], " of size [",
                   ig.size(1), "], got ", ts[k]->sizes());
-    TORCH_CHECK(ts[k]->device() == ig.device(), "Expected all tensors to be on the same device, but found at least "
-                "two devices, ", ig.device(), " and ", ts[k]->device(), "!");
+    TORCH_CHECK(ts[k]->device() == ig.device(),
+                "Expected all tensors to be on the same device, but found at least "
+                "two devices, ",
+                ig.device(), " and ", ts[k]->device(), "!");
     TORCH_CHECK(ts[k]->scalar_type() == ig.scalar_type(), fn, ": expected ", kCellArgs[k], " to have dtype ",
                 ig.scalar_type(), ", got ", ts[k]->scalar_type());
   }
   return hi;
 }
 
-static void check_same(const char* fn, const char* what, const at::Tensor& t, c10::IntArrayRef size, const at::Tensor& like) {
+static void check_same(const char* fn, const char* what, const at::Tensor& t, c10::IntArrayRef size,
+                       const at::Tensor& like) {
   TORCH_CHECK(t.sizes().equals(size), fn, ": expected ", what, " of size ", size, ", got ", t.sizes());
-  TORCH_CHECK(t.device() == like.device(), "Expected all tensors to be on the same device, but found at least two "
-              "devices, ", like.device(), " and ", t.device(), "!");
+  TORCH_CHECK(t.device() == like.device(),
+              "Expected all tensors to be on the same device, but found at least two "
+              "devices, ",
+              like.device(), " and ", t.device(), "!");
   TORCH_CHECK(t.scalar_type() == like.scalar_type(), fn, ": expected ", what, " to have dtype ", like.scalar_type(),
               ", got ", t.scalar_type());
 }
@@ -680,12 +781,17 @@ static void check_same(const char* fn, const char* what, const at::Tensor& t, c1
 static tpu_tensor absent(const at::Tensor& like) { return tpu_tensor_scalar_f(0, to_tpu_dtype(like.scalar_type())); }
 
 static std::tuple<at::Tensor, at::Tensor, at::Tensor> thnn_fused_lstm_cell(const at::Tensor& ig, const at::Tensor& hg,
-    const at::Tensor& cx, const std::optional<at::Tensor>& ib, const std::optional<at::Tensor>& hb) {
+                                                                           const at::Tensor& cx,
+                                                                           const std::optional<at::Tensor>& ib,
+                                                                           const std::optional<at::Tensor>& hb) {
   const bool bias = check_cell("_thnn_fused_lstm_cell", ig, hg, cx, ib, hb, 4);
   at::Tensor hy = at::empty(cx.sizes(), cx.options()), cy = at::empty(cx.sizes(), cx.options());
   at::Tensor ws = at::empty(ig.sizes(), ig.options());
   tpu_tensor ts[8] = {desc(hy), desc(cy), desc(ws), desc(ig), desc(hg), desc(cx)};
-  if (bias) { ts[6] = desc(*ib); ts[7] = desc(*hb); }
+  if (bias) {
+    ts[6] = desc(*ib);
+    ts[7] = desc(*hb);
+  }
   submit(TPU_OP_LSTM_CELL, ts, bias ? 8 : 6, tpu_params{});
   return {hy, cy, ws};
 }
@@ -707,19 +813,29 @@ static std::tuple<at::Tensor, at::Tensor, at::Tensor> thnn_fused_lstm_cell_backw
   if (dc) check_same(fn, "grad_cy", *grad_cy, cx.sizes(), cx);
   at::Tensor gg = at::empty({B, 4 * H}, ws.options()), gcx = at::empty(cx.sizes(), cx.options());
   at::Tensor gb = has_bias ? at::empty({4 * H}, ws.options()) : at::Tensor();
-  tpu_tensor ts[8] = {desc(gg), desc(gcx), has_bias ? desc(gb) : absent(cx), dh ? desc(*grad_hy) : absent(cx),
-                      dc ? desc(*grad_cy) : absent(cx), desc(cx), desc(cy), desc(ws)};
+  tpu_tensor ts[8] = {desc(gg),
+                      desc(gcx),
+                      has_bias ? desc(gb) : absent(cx),
+                      dh ? desc(*grad_hy) : absent(cx),
+                      dc ? desc(*grad_cy) : absent(cx),
+                      desc(cx),
+                      desc(cy),
+                      desc(ws)};
   submit(TPU_OP_LSTM_CELL_BWD, ts, 8, tpu_params{});
   return {gg, gcx, gb};
 }
 
 static std::tuple<at::Tensor, at::Tensor> thnn_fused_gru_cell(const at::Tensor& ig, const at::Tensor& hg,
-    const at::Tensor& hx, const std::optional<at::Tensor>& ib, const std::optional<at::Tensor>& hb) {
+                                                              const at::Tensor& hx, const std::optional<at::Tensor>& ib,
+                                                              const std::optional<at::Tensor>& hb) {
   const bool bias = check_cell("_thnn_fused_gru_cell", ig, hg, hx, ib, hb, 3);
   at::Tensor hy = at::empty(hx.sizes(), hx.options());
   at::Tensor ws = at::empty({hx.size(0), hx.size(1) * 5}, hx.options());
   tpu_tensor ts[7] = {desc(hy), desc(ws), desc(ig), desc(hg), desc(hx)};
-  if (bias) { ts[5] = desc(*ib); ts[6] = desc(*hb); }
+  if (bias) {
+    ts[5] = desc(*ib);
+    ts[6] = desc(*hb);
+  }
   submit(TPU_OP_GRU_CELL, ts, bias ? 7 : 5, tpu_params{});
   return {hy, ws};
 }
@@ -733,24 +849,32 @@ static std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> th
   auto opt = ws.options();
   at::Tensor gi = at::empty({B, 3 * H}, opt), gh = at::empty({B, 3 * H}, opt), ghx = at::empty({B, H}, opt);
   at::Tensor gib, ghb;
-  if (has_bias) { gib = at::empty({3 * H}, opt); ghb = at::empty({3 * H}, opt); }
-  tpu_tensor ts[7] = {desc(gi), desc(gh), desc(ghx), has_bias ? desc(gib) : absent(ws), has_bias ? desc(ghb) : absent(ws),
-                      desc(grad_hy), desc(ws)};
+  if (has_bias) {
+    gib = at::empty({3 * H}, opt);
+    ghb = at::empty({3 * H}, opt);
+  }
+  tpu_tensor ts[7] = {
+      desc(gi),      desc(gh), desc(ghx), has_bias ? desc(gib) : absent(ws), has_bias ? desc(ghb) : absent(ws),
+      desc(grad_hy), desc(ws)};
   submit(TPU_OP_GRU_CELL_BWD, ts, 7, tpu_params{});
   return {gi, gh, ghx, gib, ghb};
 }
 
-} // namespace at::tpu
+}  // namespace at::tpu
 
 // This file's rows of the op table (ops_core.cpp and ops_pointwise.cpp register theirs).
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   using namespace at::tpu;
   // matrix unit
-  m.impl("mm.out", TORCH_FN(mm_out)); m.impl("addmm.out", TORCH_FN(addmm_out));
-  m.impl("bmm.out", TORCH_FN(bmm_out)); m.impl("baddbmm.out", TORCH_FN(baddbmm_out));
-  m.impl("addmv.out", TORCH_FN(addmv_out)); m.impl("dot", TORCH_FN(dot));
+  m.impl("mm.out", TORCH_FN(mm_out));
+  m.impl("addmm.out", TORCH_FN(addmm_out));
+  m.impl("bmm.out", TORCH_FN(bmm_out));
+  m.impl("baddbmm.out", TORCH_FN(baddbmm_out));
+  m.impl("addmv.out", TORCH_FN(addmv_out));
+  m.impl("dot", TORCH_FN(dot));
   // softmax, losses, norms
-  m.impl("_softmax.out", TORCH_FN(softmax_out)); m.impl("_log_softmax.out", TORCH_FN(log_softmax_out));
+  m.impl("_softmax.out", TORCH_FN(softmax_out));
+  m.impl("_log_softmax.out", TORCH_FN(log_softmax_out));
   m.impl("_softmax_backward_data.out", TORCH_FN(softmax_backward_out));
   m.impl("_log_softmax_backward_data.out", TORCH_FN(log_softmax_backward_out));
   m.impl("nll_loss_forward.output", TORCH_FN(nll_loss_forward_out));
@@ -758,8 +882,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("native_layer_norm", TORCH_FN(native_layer_norm));
   m.impl("native_layer_norm_backward", TORCH_FN(native_layer_norm_backward));
   // indexing
-  m.impl("index_select", TORCH_FN(index_select)); m.impl("index_select.out", TORCH_FN(index_select_out));
-  m.impl("gather.out", TORCH_FN(gather_out)); m.impl("scatter_add.out", TORCH_FN(scatter_add_out));
+  m.impl("index_select", TORCH_FN(index_select));
+  m.impl("index_select.out", TORCH_FN(index_select_out));
+  m.impl("gather.out", TORCH_FN(gather_out));
+  m.impl("scatter_add.out", TORCH_FN(scatter_add_out));
   m.impl("index_add.out", TORCH_FN(index_add_out));
   m.impl("embedding_dense_backward", TORCH_FN(embedding_dense_backward));
   m.impl("masked_select", TORCH_FN(masked_select));
@@ -769,9 +895,13 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("max_pool2d_with_indices", TORCH_FN(max_pool2d_with_indices));
   m.impl("max_pool2d_with_indices_backward", TORCH_FN(max_pool2d_with_indices_backward));
   // random
-  m.impl("uniform_", TORCH_FN(uniform_)); m.impl("normal_", TORCH_FN(normal_));
-  m.impl("bernoulli_.float", TORCH_FN(bernoulli_f)); m.impl("bernoulli_.Tensor", TORCH_FN(bernoulli_t));
-  m.impl("random_.from", TORCH_FN(random_from)); m.impl("random_.to", TORCH_FN(random_to)); m.impl("random_", TORCH_FN(random_all));
+  m.impl("uniform_", TORCH_FN(uniform_));
+  m.impl("normal_", TORCH_FN(normal_));
+  m.impl("bernoulli_.float", TORCH_FN(bernoulli_f));
+  m.impl("bernoulli_.Tensor", TORCH_FN(bernoulli_t));
+  m.impl("random_.from", TORCH_FN(random_from));
+  m.impl("random_.to", TORCH_FN(random_to));
+  m.impl("random_", TORCH_FN(random_all));
   m.impl("native_dropout", TORCH_FN(native_dropout));
   m.impl("native_dropout_backward", TORCH_FN(native_dropout_backward));
   // rnn cells

@@ -34,7 +34,6 @@ static void check_cast(c10::ScalarType from, const at::Tensor& out) {
               out.scalar_type());
 }
 
-
 static std::vector<int64_t> bshape(std::initializer_list<at::Tensor> ts) {
   std::vector<int64_t> s;
   for (const auto& t : ts) s = at::infer_size(s, t.sizes());
@@ -47,7 +46,6 @@ static c10::ScalarType common_type(std::initializer_list<at::Tensor> ts) {
   return at::native::result_type(st);
 }
 
-
 // The strides TensorIterator gives an output it allocates, so a result keeps
 // its inputs' memory format (x.t().abs() is transposed, as on CPU): inputs of
 // one shape with equal dense strides lend them; otherwise dims are ordered
@@ -58,9 +56,16 @@ static std::vector<int64_t> ti_strides(c10::IntArrayRef shape, std::initializer_
   bool same = true;
   const at::Tensor* first = nullptr;
   for (const auto& t : ins) {
-    if (!t.sizes().equals(shape) || !t.is_non_overlapping_and_dense()) { same = false; break; }
-    if (!first) first = &t;
-    else if (!t.strides().equals(first->strides())) { same = false; break; }
+    if (!t.sizes().equals(shape) || !t.is_non_overlapping_and_dense()) {
+      same = false;
+      break;
+    }
+    if (!first)
+      first = &t;
+    else if (!t.strides().equals(first->strides())) {
+      same = false;
+      break;
+    }
   }
   if (same && first) return first->strides().vec();
   // Each input's strides against the output shape (0 where broadcast).
@@ -80,19 +85,25 @@ static std::vector<int64_t> ti_strides(c10::IntArrayRef shape, std::initializer_
     }
     return 0;
   };
-  std::vector<int64_t> perm(nd);   // innermost first
+  std::vector<int64_t> perm(nd);  // innermost first
   for (int64_t i = 0; i < nd; i++) perm[i] = nd - 1 - i;
   for (int64_t i = 1; i < nd; i++) {
     int64_t d1 = i;
     for (int64_t d0 = i - 1; d0 >= 0; d0--) {
       int c = should_swap(perm[d0], perm[d1]);
-      if (c > 0) { std::swap(perm[d0], perm[d1]); d1 = d0; }
-      else if (c < 0) break;
+      if (c > 0) {
+        std::swap(perm[d0], perm[d1]);
+        d1 = d0;
+      } else if (c < 0)
+        break;
     }
   }
   std::vector<int64_t> strides(nd);
   int64_t f = 1;
-  for (int64_t i = 0; i < nd; i++) { strides[perm[i]] = f; f *= shape[perm[i]]; }
+  for (int64_t i = 0; i < nd; i++) {
+    strides[perm[i]] = f;
+    f *= shape[perm[i]];
+  }
   return strides;
 }
 
@@ -115,30 +126,33 @@ static at::Tensor& ew_out(tpu_op op, at::Tensor& out, std::initializer_list<at::
   return out;
 }
 
-
 // ---------------------------------------------------------------- unary
 // The plain unary ops, one row each: (ATen name, runtime op). The table makes
 // both the `<name>_out` kernel and its "<name>.out" registration row.
 // FLOAT ops compute in the input's floating type (integers promote to the
 // default dtype); SAME ops compute in the input's dtype (activations are not
 // promoted: integer inputs fail the op's dtype rule, as on CPU).
+// clang-format off
 #define TPU_UNARY_FLOAT_OPS(X)                                                                            \
   X(exp, EXP) X(exp2, EXP2) X(expm1, EXPM1) X(log, LOG) X(log2, LOG2) X(log10, LOG10) X(log1p, LOG1P)     \
   X(sqrt, SQRT) X(rsqrt, RSQRT) X(reciprocal, RECIPROCAL) X(sin, SIN) X(cos, COS) X(tan, TAN)             \
   X(asin, ASIN) X(acos, ACOS) X(atan, ATAN) X(sinh, SINH) X(cosh, COSH) X(tanh, TANH) X(asinh, ASINH)     \
   X(acosh, ACOSH) X(atanh, ATANH) X(erf, ERF) X(erfc, ERFC) X(sigmoid, SIGMOID)
+// clang-format on
+// clang-format off
 #define TPU_UNARY_SAME_OPS(X)                                                                             \
   X(silu, SILU) X(mish, MISH) X(hardsigmoid, HARDSIGMOID) X(hardswish, HARDSWISH) X(neg, NEG) X(abs, ABS) \
   X(sign, SIGN) X(floor, FLOOR) X(ceil, CEIL) X(round, ROUND) X(trunc, TRUNC) X(frac, FRAC)               \
   X(bitwise_not, BITWISE_NOT)
+// clang-format on
 
-#define UNARY_FLOAT(fn, OP)                                                     \
-  static at::Tensor& fn##_out(const at::Tensor& self, at::Tensor& out) {       \
-    return ew_out(TPU_OP_##OP, out, {self}, float_of(self.scalar_type()));     \
+#define UNARY_FLOAT(fn, OP)                                                \
+  static at::Tensor& fn##_out(const at::Tensor& self, at::Tensor& out) {   \
+    return ew_out(TPU_OP_##OP, out, {self}, float_of(self.scalar_type())); \
   }
-#define UNARY_SAME(fn, OP)                                                      \
-  static at::Tensor& fn##_out(const at::Tensor& self, at::Tensor& out) {       \
-    return ew_out(TPU_OP_##OP, out, {self}, self.scalar_type());               \
+#define UNARY_SAME(fn, OP)                                               \
+  static at::Tensor& fn##_out(const at::Tensor& self, at::Tensor& out) { \
+    return ew_out(TPU_OP_##OP, out, {self}, self.scalar_type());         \
   }
 TPU_UNARY_FLOAT_OPS(UNARY_FLOAT)
 TPU_UNARY_SAME_OPS(UNARY_SAME)
@@ -164,13 +178,20 @@ static at::Tensor& tri_out(tpu_op op, const at::Tensor& self, int64_t diag, at::
   at::native::resize_output(out, self.sizes());
   if (out.numel() == 0) return out;
   at::Tensor src = self;
-  if (out.scalar_type() != self.scalar_type()) { src = at::empty(self.sizes(), out.options()); device_copy(src, self); }
+  if (out.scalar_type() != self.scalar_type()) {
+    src = at::empty(self.sizes(), out.options());
+    device_copy(src, self);
+  }
   tpu_tensor ts[2] = {desc(out), desc(src)};
-  submit(op, ts, 2, TPU_PARAMS(TRIL, .diagonal = diag));   // TRIU packs the same
+  submit(op, ts, 2, TPU_PARAMS(TRIL, .diagonal = diag));  // TRIU packs the same
   return out;
 }
-static at::Tensor& tril_out(const at::Tensor& self, int64_t diag, at::Tensor& out) { return tri_out(TPU_OP_TRIL, self, diag, out); }
-static at::Tensor& triu_out(const at::Tensor& self, int64_t diag, at::Tensor& out) { return tri_out(TPU_OP_TRIU, self, diag, out); }
+static at::Tensor& tril_out(const at::Tensor& self, int64_t diag, at::Tensor& out) {
+  return tri_out(TPU_OP_TRIL, self, diag, out);
+}
+static at::Tensor& triu_out(const at::Tensor& self, int64_t diag, at::Tensor& out) {
+  return tri_out(TPU_OP_TRIU, self, diag, out);
+}
 
 // isposinf / isneginf: x == +-inf (always false for integer dtypes).
 static at::Tensor& isinf_sign_out(const at::Tensor& self, double inf, at::Tensor& out) {
@@ -191,7 +212,8 @@ static at::Tensor& hardtanh_out(const at::Tensor& self, const c10::Scalar& mn, c
   TORCH_CHECK(self.scalar_type() != kBool, "Bool inputs not supported for hardtanh");
   TORCH_CHECK(self.scalar_type() != kByte || (mn.toLong() >= 0 && mx.toLong() >= 0),
               "cannot do hardtanh on an unsigned type with negative limits");
-  return ew_out(TPU_OP_CLAMP, out, {self}, self.scalar_type(), TPU_PARAMS(CLAMP, .min = mn.toDouble(), .max = mx.toDouble()));
+  return ew_out(TPU_OP_CLAMP, out, {self}, self.scalar_type(),
+                TPU_PARAMS(CLAMP, .min = mn.toDouble(), .max = mx.toDouble()));
 }
 static at::Tensor hardtanh(const at::Tensor& self, const c10::Scalar& mn, const c10::Scalar& mx) {
   auto out = at::empty({0}, self.options());
@@ -214,50 +236,65 @@ static at::Tensor& relu_(at::Tensor& self) {
 }
 
 static at::Tensor& leaky_relu_out(const at::Tensor& self, const c10::Scalar& slope, at::Tensor& out) {
-  return ew_out(TPU_OP_LEAKY_RELU, out, {self}, self.scalar_type(), TPU_PARAMS(LEAKY_RELU, .negative_slope = slope.toDouble()));
+  return ew_out(TPU_OP_LEAKY_RELU, out, {self}, self.scalar_type(),
+                TPU_PARAMS(LEAKY_RELU, .negative_slope = slope.toDouble()));
 }
 
-static at::Tensor& softplus_out(const at::Tensor& self, const c10::Scalar& beta, const c10::Scalar& th, at::Tensor& out) {
+static at::Tensor& softplus_out(const at::Tensor& self, const c10::Scalar& beta, const c10::Scalar& th,
+                                at::Tensor& out) {
   return ew_out(TPU_OP_SOFTPLUS, out, {self}, self.scalar_type(),
                 TPU_PARAMS(SOFTPLUS, .beta = beta.toDouble(), .threshold = th.toDouble()));
 }
 
 static at::Tensor& elu_out(const at::Tensor& self, const c10::Scalar& alpha, const c10::Scalar& scale,
                            const c10::Scalar& iscale, at::Tensor& out) {
-  return ew_out(TPU_OP_ELU, out, {self}, self.scalar_type(),
-                TPU_PARAMS(ELU, .alpha = alpha.toDouble(), .scale = scale.toDouble(), .input_scale = iscale.toDouble()));
+  return ew_out(
+      TPU_OP_ELU, out, {self}, self.scalar_type(),
+      TPU_PARAMS(ELU, .alpha = alpha.toDouble(), .scale = scale.toDouble(), .input_scale = iscale.toDouble()));
 }
 
 static at::Tensor& nan_to_num_out(const at::Tensor& self, std::optional<double> nan, std::optional<double> pinf,
                                   std::optional<double> ninf, at::Tensor& out) {
-  double big = self.scalar_type() == kDouble ? std::numeric_limits<double>::max()
-             : self.scalar_type() == kHalf ? 65504.0
-             : self.scalar_type() == kBFloat16 ? 3.3895313892515355e38
-             : double(std::numeric_limits<float>::max());
-  return ew_out(TPU_OP_NAN_TO_NUM, out, {self}, self.scalar_type(),
-                TPU_PARAMS(NAN_TO_NUM, .nan = nan.value_or(0.0), .posinf = pinf.value_or(big), .neginf = ninf.value_or(-big)));
+  double big = self.scalar_type() == kDouble     ? std::numeric_limits<double>::max()
+               : self.scalar_type() == kHalf     ? 65504.0
+               : self.scalar_type() == kBFloat16 ? 3.3895313892515355e38
+                                                 : double(std::numeric_limits<float>::max());
+  return ew_out(
+      TPU_OP_NAN_TO_NUM, out, {self}, self.scalar_type(),
+      TPU_PARAMS(NAN_TO_NUM, .nan = nan.value_or(0.0), .posinf = pinf.value_or(big), .neginf = ninf.value_or(-big)));
 }
 
 // A clamp bound in the compute dtype, converted as CPU converts it (Scalar::to:
 // a negative bound wraps for uint8, an out-of-range one raises).
 static double clamp_bound(const c10::Scalar& s, c10::ScalarType c) {
   switch (c) {
-    case kByte: return s.to<uint8_t>();
-    case kChar: return s.to<int8_t>();
-    case kShort: return s.to<int16_t>();
-    case kInt: return s.to<int32_t>();
-    case kLong: return static_cast<double>(s.to<int64_t>());
-    case kBool: return s.to<bool>();
-    default: return s.toDouble();
+    case kByte:
+      return s.to<uint8_t>();
+    case kChar:
+      return s.to<int8_t>();
+    case kShort:
+      return s.to<int16_t>();
+    case kInt:
+      return s.to<int32_t>();
+    case kLong:
+      return static_cast<double>(s.to<int64_t>());
+    case kBool:
+      return s.to<bool>();
+    default:
+      return s.toDouble();
   }
 }
 
 static at::Tensor& clamp_out(const at::Tensor& self, const std::optional<c10::Scalar>& mn,
                              const std::optional<c10::Scalar>& mx, at::Tensor& out) {
   c10::ScalarType c = self.scalar_type();
-  if (mn) c = at::native::result_type(at::native::update_result_type_state(*mn, at::native::update_result_type_state(self, {})));
-  if (mx) c = promoteTypes(c, at::native::result_type(at::native::update_result_type_state(*mx, at::native::update_result_type_state(self, {}))));
-  const double inf = std::numeric_limits<double>::infinity();   // a missing bound
+  if (mn)
+    c = at::native::result_type(
+        at::native::update_result_type_state(*mn, at::native::update_result_type_state(self, {})));
+  if (mx)
+    c = promoteTypes(c, at::native::result_type(
+                            at::native::update_result_type_state(*mx, at::native::update_result_type_state(self, {}))));
+  const double inf = std::numeric_limits<double>::infinity();  // a missing bound
   return ew_out(TPU_OP_CLAMP, out, {self}, c,
                 TPU_PARAMS(CLAMP, .min = mn ? clamp_bound(*mn, c) : -inf, .max = mx ? clamp_bound(*mx, c) : inf));
 }
@@ -305,7 +342,8 @@ static at::Tensor& pow_tt_out(const at::Tensor& a, const at::Tensor& b, at::Tens
 // pow() at -0 and -inf) except for float16, which CPU runs through pow();
 // other scalar exponents the kernel strength-reduces.
 static at::Tensor& pow_ts_out(const at::Tensor& a, const c10::Scalar& b, at::Tensor& out) {
-  c10::ScalarType c = at::native::result_type(at::native::update_result_type_state(b, at::native::update_result_type_state(a, {})));
+  c10::ScalarType c =
+      at::native::result_type(at::native::update_result_type_state(b, at::native::update_result_type_state(a, {})));
   if (b.isFloatingPoint() && (b.toDouble() == 0.5 || b.toDouble() == -0.5) && c != kHalf)
     return ew_out(b.toDouble() == 0.5 ? TPU_OP_SQRT : TPU_OP_RSQRT, out, {a}, c);
   return ew_out(TPU_OP_POW, out, {a, wrap(b)});
@@ -318,23 +356,25 @@ static at::Tensor& pow_st_out(const c10::Scalar& a, const at::Tensor& b, at::Ten
 // `.out` row). BINARY ops compute in the inputs' common dtype and check the
 // cast to out; COMPARE ops (Tensor and Scalar forms) and LOGICAL ops write any
 // out dtype (bool usually).
+// clang-format off
 #define TPU_BINARY_OPS(X)                                                                                   \
   X(mul, MUL, out) X(maximum, MAXIMUM, out) X(minimum, MINIMUM, out) X(fmod, FMOD, Tensor_out)              \
   X(remainder, REMAINDER, Tensor_out) X(bitwise_and, BITWISE_AND, Tensor_out)                               \
   X(bitwise_or, BITWISE_OR, Tensor_out) X(bitwise_xor, BITWISE_XOR, Tensor_out)
+// clang-format on
 #define TPU_COMPARE_OPS(X) X(eq, EQ) X(ne, NE) X(lt, LT) X(le, LE) X(gt, GT) X(ge, GE)
 #define TPU_LOGICAL_OPS(X) X(logical_and, LOGICAL_AND) X(logical_or, LOGICAL_OR) X(logical_xor, LOGICAL_XOR)
 
 #define BINARY(fn, OP, overload)                                                           \
   static at::Tensor& fn##_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) { \
-    return ew_out(TPU_OP_##OP, out, {a, b});                                              \
+    return ew_out(TPU_OP_##OP, out, {a, b});                                               \
   }
-#define LOGICAL(fn, OP)                                                                        \
-  static at::Tensor& fn##_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {    \
-    return ew_out(TPU_OP_##OP, out, {a, b}, std::nullopt, {}, false);                         \
+#define LOGICAL(fn, OP)                                                                    \
+  static at::Tensor& fn##_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) { \
+    return ew_out(TPU_OP_##OP, out, {a, b}, std::nullopt, {}, false);                      \
   }
-#define COMPARE(fn, OP)                                                                        \
-  LOGICAL(fn, OP)                                                                              \
+#define COMPARE(fn, OP)                                                                       \
+  LOGICAL(fn, OP)                                                                             \
   static at::Tensor& fn##_s_out(const at::Tensor& a, const c10::Scalar& b, at::Tensor& out) { \
     return ew_out(TPU_OP_##OP, out, {a, wrap(b)}, std::nullopt, {}, false);                   \
   }
@@ -346,10 +386,11 @@ TPU_LOGICAL_OPS(LOGICAL)
 #undef COMPARE
 
 // Binary ops computing in floating point (integers promote to the default dtype).
-#define TPU_BINARY_FLOAT_OPS(X) X(atan2, ATAN2) X(hypot, HYPOT) X(copysign, COPYSIGN) X(logaddexp, LOGADDEXP) X(xlogy, XLOGY)
-#define BINARY_FLOAT(fn, OP)                                                                \
+#define TPU_BINARY_FLOAT_OPS(X) \
+  X(atan2, ATAN2) X(hypot, HYPOT) X(copysign, COPYSIGN) X(logaddexp, LOGADDEXP) X(xlogy, XLOGY)
+#define BINARY_FLOAT(fn, OP)                                                               \
   static at::Tensor& fn##_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) { \
-    return ew_out(TPU_OP_##OP, out, {a, b}, float_of(common_type({a, b})));               \
+    return ew_out(TPU_OP_##OP, out, {a, b}, float_of(common_type({a, b})));                \
   }
 TPU_BINARY_FLOAT_OPS(BINARY_FLOAT)
 #undef BINARY_FLOAT
@@ -360,15 +401,18 @@ static at::Tensor& hardshrink_out(const at::Tensor& self, const c10::Scalar& l, 
 static at::Tensor& softshrink_out(const at::Tensor& self, const c10::Scalar& l, at::Tensor& out) {
   return ew_out(TPU_OP_SOFTSHRINK, out, {self}, self.scalar_type(), TPU_PARAMS(SOFTSHRINK, .lambd = l.toDouble()));
 }
-static at::Tensor& shrink_backward_out(const at::Tensor& g, const at::Tensor& x, const c10::Scalar& l, at::Tensor& out) {
+static at::Tensor& shrink_backward_out(const at::Tensor& g, const at::Tensor& x, const c10::Scalar& l,
+                                       at::Tensor& out) {
   return ew_out(TPU_OP_SHRINK_BWD, out, {g, x}, std::nullopt, TPU_PARAMS(SHRINK_BWD, .lambd = l.toDouble()));
 }
 
 // Activation backward: (grad, x-or-y) -> grad_input
-static at::Tensor& threshold_backward_out(const at::Tensor& g, const at::Tensor& x, const c10::Scalar& th, at::Tensor& out) {
+static at::Tensor& threshold_backward_out(const at::Tensor& g, const at::Tensor& x, const c10::Scalar& th,
+                                          at::Tensor& out) {
   return ew_out(TPU_OP_THRESHOLD_BWD, out, {g, x}, std::nullopt, TPU_PARAMS(THRESHOLD_BWD, .threshold = th.toDouble()));
 }
-static at::Tensor& gelu_backward_out(const at::Tensor& g, const at::Tensor& x, c10::string_view approx, at::Tensor& out) {
+static at::Tensor& gelu_backward_out(const at::Tensor& g, const at::Tensor& x, c10::string_view approx,
+                                     at::Tensor& out) {
   return ew_out(approx == "tanh" ? TPU_OP_GELU_TANH_BWD : TPU_OP_GELU_BWD, out, {g, x});
 }
 static at::Tensor& silu_backward_out(const at::Tensor& g, const at::Tensor& x, at::Tensor& out) {
@@ -395,7 +439,8 @@ static at::Tensor& hardtanh_backward_out(const at::Tensor& g, const at::Tensor& 
   return ew_out(TPU_OP_HARDTANH_BWD, out, {g, x}, std::nullopt,
                 TPU_PARAMS(HARDTANH_BWD, .min_val = mn.toDouble(), .max_val = mx.toDouble()));
 }
-static at::Tensor hardtanh_backward(const at::Tensor& g, const at::Tensor& x, const c10::Scalar& mn, const c10::Scalar& mx) {
+static at::Tensor hardtanh_backward(const at::Tensor& g, const at::Tensor& x, const c10::Scalar& mn,
+                                    const c10::Scalar& mx) {
   auto out = at::empty({0}, g.options());
   return hardtanh_backward_out(g, x, mn, mx, out);
 }
@@ -417,7 +462,8 @@ static at::Tensor& lerp_t_out(const at::Tensor& s, const at::Tensor& e, const at
   return ew_out(TPU_OP_LERP, out, {s, e, w}, common_type({s, e}));
 }
 static at::Tensor& where_out(const at::Tensor& c, const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
-  TORCH_CHECK(c.scalar_type() == kBool || c.scalar_type() == kByte, "where expected condition to be a boolean tensor, but got a tensor with dtype ", c.scalar_type());
+  TORCH_CHECK(c.scalar_type() == kBool || c.scalar_type() == kByte,
+              "where expected condition to be a boolean tensor, but got a tensor with dtype ", c.scalar_type());
   return ew_out(TPU_OP_WHERE, out, {c, a, b}, common_type({a, b}));
 }
 static at::Tensor where(const at::Tensor& c, const at::Tensor& a, const at::Tensor& b) {
@@ -425,13 +471,16 @@ static at::Tensor where(const at::Tensor& c, const at::Tensor& a, const at::Tens
   return where_out(c, a, b, out);
 }
 static at::Tensor& masked_fill_s(at::Tensor& self, const at::Tensor& mask, const c10::Scalar& v) {
-  TORCH_CHECK(mask.scalar_type() == kBool, "masked_fill_ only supports boolean masks, but got mask with dtype ", mask.scalar_type());
+  TORCH_CHECK(mask.scalar_type() == kBool, "masked_fill_ only supports boolean masks, but got mask with dtype ",
+              mask.scalar_type());
   ew(TPU_OP_WHERE, self, {mask, wrap(v), self}, self.scalar_type());
   return self;
 }
 static at::Tensor& masked_fill_t(at::Tensor& self, const at::Tensor& mask, const at::Tensor& v) {
-  TORCH_CHECK(v.dim() == 0, "masked_fill_ only supports a 0-dimensional value tensor, but got tensor with ", v.dim(), " dimension(s).");
-  TORCH_CHECK(mask.scalar_type() == kBool, "masked_fill_ only supports boolean masks, but got mask with dtype ", mask.scalar_type());
+  TORCH_CHECK(v.dim() == 0, "masked_fill_ only supports a 0-dimensional value tensor, but got tensor with ", v.dim(),
+              " dimension(s).");
+  TORCH_CHECK(mask.scalar_type() == kBool, "masked_fill_ only supports boolean masks, but got mask with dtype ",
+              mask.scalar_type());
   ew(TPU_OP_WHERE, self, {mask, v, self}, self.scalar_type());
   return self;
 }
@@ -441,15 +490,27 @@ static at::Tensor& masked_fill_t(at::Tensor& self, const at::Tensor& mask, const
 static tpu_tensor red_out_desc(const at::Tensor& self, const at::Tensor& out, std::bitset<64> mask, bool keepdim) {
   tpu_tensor d = desc(out);
   int64_t nd = std::max<int64_t>(self.dim(), 1);
-  if (self.dim() == 0) { d.ndim = 1; d.sizes[0] = 1; d.strides[0] = 0; return d; }
+  if (self.dim() == 0) {
+    d.ndim = 1;
+    d.sizes[0] = 1;
+    d.strides[0] = 0;
+    return d;
+  }
   if (keepdim) {
-    for (int64_t i = 0; i < nd; i++) if (mask[i]) d.strides[i] = 0;
+    for (int64_t i = 0; i < nd; i++)
+      if (mask[i]) d.strides[i] = 0;
     return d;
   }
   int64_t j = 0;
   for (int64_t i = 0; i < nd; i++) {
-    if (mask[i]) { d.sizes[i] = 1; d.strides[i] = 0; }
-    else { d.sizes[i] = out.size(j); d.strides[i] = out.stride(j); j++; }
+    if (mask[i]) {
+      d.sizes[i] = 1;
+      d.strides[i] = 0;
+    } else {
+      d.sizes[i] = out.size(j);
+      d.strides[i] = out.stride(j);
+      j++;
+    }
   }
   d.ndim = static_cast<int32_t>(nd);
   return d;
@@ -468,14 +529,16 @@ static std::bitset<64> red_mask(const at::Tensor& self, at::OptionalIntArrayRef 
 static std::vector<int64_t> red_shape(const at::Tensor& self, std::bitset<64> mask, bool keepdim) {
   std::vector<int64_t> s;
   for (int64_t i = 0; i < self.dim(); i++) {
-    if (mask[i]) { if (keepdim) s.push_back(1); }
-    else s.push_back(self.size(i));
+    if (mask[i]) {
+      if (keepdim) s.push_back(1);
+    } else
+      s.push_back(self.size(i));
   }
   return s;
 }
 
-static at::Tensor& reduce(tpu_op op, const at::Tensor& self, at::OptionalIntArrayRef dims, bool keepdim, at::Tensor& out,
-                          tpu_params p = {}) {
+static at::Tensor& reduce(tpu_op op, const at::Tensor& self, at::OptionalIntArrayRef dims, bool keepdim,
+                          at::Tensor& out, tpu_params p = {}) {
   auto mask = red_mask(self, dims);
   at::native::resize_output(out, red_shape(self, mask, keepdim));
   if (out.numel() == 0) return out;
@@ -510,7 +573,8 @@ static at::Tensor& amin_out(const at::Tensor& self, c10::IntArrayRef dims, bool 
   return reduce(TPU_OP_AMIN, self, dims, keepdim, out);
 }
 static at::Tensor full_minmax(tpu_op op, const at::Tensor& self, const char* name) {
-  TORCH_CHECK(self.numel() > 0, name, "(): Expected reduction dim to be specified for input.numel() == 0. "
+  TORCH_CHECK(self.numel() > 0, name,
+              "(): Expected reduction dim to be specified for input.numel() == 0. "
               "Specify the reduction dim with the 'dim' argument.");
   auto out = at::empty({}, self.options());
   return reduce(op, self, std::nullopt, false, out);
@@ -518,14 +582,17 @@ static at::Tensor full_minmax(tpu_op op, const at::Tensor& self, const char* nam
 static at::Tensor max_all(const at::Tensor& self) { return full_minmax(TPU_OP_AMAX, self, "max"); }
 static at::Tensor min_all(const at::Tensor& self) { return full_minmax(TPU_OP_AMIN, self, "min"); }
 
-static at::Tensor& arg_out(tpu_op op, const at::Tensor& self, std::optional<int64_t> dim, bool keepdim, at::Tensor& out) {
+static at::Tensor& arg_out(tpu_op op, const at::Tensor& self, std::optional<int64_t> dim, bool keepdim,
+                           at::Tensor& out) {
   if (!dim) {
     at::Tensor flat = self.reshape({-1});
     at::native::resize_output(out, keepdim ? std::vector<int64_t>(self.dim(), 1) : std::vector<int64_t>{});
     tpu_tensor o = desc(out);
-    o.ndim = 1; o.sizes[0] = 1; o.strides[0] = 0;
+    o.ndim = 1;
+    o.sizes[0] = 1;
+    o.strides[0] = 0;
     tpu_tensor ts[2] = {o, desc1d(flat)};
-    submit(op, ts, 2, TPU_PARAMS(ARGMAX, .dim = 0));   // ARGMIN packs the same
+    submit(op, ts, 2, TPU_PARAMS(ARGMAX, .dim = 0));  // ARGMIN packs the same
     return out;
   }
   int64_t d = at::maybe_wrap_dim(*dim, std::max<int64_t>(self.dim(), 1));
@@ -555,28 +622,37 @@ static at::Tensor var_std(tpu_op op, const at::Tensor& self, at::OptionalIntArra
                           const std::optional<c10::Scalar>& correction, bool keepdim) {
   TORCH_CHECK(isFloatingType(self.scalar_type()), "std and var only support floating point and complex dtypes");
   auto out = at::empty({0}, self.options());
-  return reduce(op, self, dims, keepdim, out, TPU_PARAMS(VAR, .correction = correction ? correction->toDouble() : 1.0));  // STD packs the same
+  return reduce(op, self, dims, keepdim, out,
+                TPU_PARAMS(VAR, .correction = correction ? correction->toDouble() : 1.0));  // STD packs the same
 }
-static at::Tensor var_c(const at::Tensor& self, at::OptionalIntArrayRef dims, const std::optional<c10::Scalar>& c, bool k) {
+static at::Tensor var_c(const at::Tensor& self, at::OptionalIntArrayRef dims, const std::optional<c10::Scalar>& c,
+                        bool k) {
   return var_std(TPU_OP_VAR, self, dims, c, k);
 }
-static at::Tensor std_c(const at::Tensor& self, at::OptionalIntArrayRef dims, const std::optional<c10::Scalar>& c, bool k) {
+static at::Tensor std_c(const at::Tensor& self, at::OptionalIntArrayRef dims, const std::optional<c10::Scalar>& c,
+                        bool k) {
   return var_std(TPU_OP_STD, self, dims, c, k);
 }
 static at::Tensor& any_out(const at::Tensor& self, int64_t dim, bool keepdim, at::Tensor& out) {
-  return reduce(TPU_OP_ANY, self, at::IntArrayRef(at::maybe_wrap_dim(dim, std::max<int64_t>(self.dim(), 1))), keepdim, out);
+  return reduce(TPU_OP_ANY, self, at::IntArrayRef(at::maybe_wrap_dim(dim, std::max<int64_t>(self.dim(), 1))), keepdim,
+                out);
 }
 static at::Tensor& any_dims_out(const at::Tensor& self, at::OptionalIntArrayRef dims, bool keepdim, at::Tensor& out) {
   return reduce(TPU_OP_ANY, self, dims, keepdim, out);
 }
-static at::Tensor& any_all_out(const at::Tensor& self, at::Tensor& out) { return reduce(TPU_OP_ANY, self, std::nullopt, false, out); }
+static at::Tensor& any_all_out(const at::Tensor& self, at::Tensor& out) {
+  return reduce(TPU_OP_ANY, self, std::nullopt, false, out);
+}
 static at::Tensor& all_out(const at::Tensor& self, int64_t dim, bool keepdim, at::Tensor& out) {
-  return reduce(TPU_OP_ALL, self, at::IntArrayRef(at::maybe_wrap_dim(dim, std::max<int64_t>(self.dim(), 1))), keepdim, out);
+  return reduce(TPU_OP_ALL, self, at::IntArrayRef(at::maybe_wrap_dim(dim, std::max<int64_t>(self.dim(), 1))), keepdim,
+                out);
 }
 static at::Tensor& all_dims_out(const at::Tensor& self, at::OptionalIntArrayRef dims, bool keepdim, at::Tensor& out) {
   return reduce(TPU_OP_ALL, self, dims, keepdim, out);
 }
-static at::Tensor& all_all_out(const at::Tensor& self, at::Tensor& out) { return reduce(TPU_OP_ALL, self, std::nullopt, false, out); }
+static at::Tensor& all_all_out(const at::Tensor& self, at::Tensor& out) {
+  return reduce(TPU_OP_ALL, self, std::nullopt, false, out);
+}
 static at::Tensor& norm_out(const at::Tensor& self, const c10::Scalar& ord, at::OptionalIntArrayRef dims, bool keepdim,
                             std::optional<c10::ScalarType>, at::Tensor& out) {
   return reduce(TPU_OP_NORM, self, dims, keepdim, out, TPU_PARAMS(NORM, .p = ord.toDouble()));
@@ -584,7 +660,8 @@ static at::Tensor& norm_out(const at::Tensor& self, const c10::Scalar& ord, at::
 static at::Tensor& scan_out(tpu_op op, const at::Tensor& self, int64_t dim, at::Tensor& out) {
   at::native::resize_output(out, self.sizes());
   if (out.numel() == 0) return out;
-  tpu_params p = TPU_PARAMS(CUMSUM, .dim = at::maybe_wrap_dim(dim, std::max<int64_t>(self.dim(), 1)));  // CUMPROD packs the same
+  tpu_params p =
+      TPU_PARAMS(CUMSUM, .dim = at::maybe_wrap_dim(dim, std::max<int64_t>(self.dim(), 1)));  // CUMPROD packs the same
   p.compute_dtype = to_tpu_dtype(out.scalar_type());
   tpu_tensor ts[2] = {desc1d(out), desc1d(self)};
   submit(op, ts, 2, p);
@@ -597,7 +674,7 @@ static at::Tensor& cumprod_out(const at::Tensor& self, int64_t dim, std::optiona
   return scan_out(TPU_OP_CUMPROD, self, dim, out);
 }
 
-} // namespace at::tpu
+}  // namespace at::tpu
 
 // This file's rows of the op table (ops_core.cpp and ops_nn.cpp register theirs).
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
@@ -608,35 +685,53 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   TPU_UNARY_SAME_OPS(ROW)
 #undef ROW
   m.impl("logical_not.out", TORCH_FN(logical_not_out));
-  m.impl("gelu.out", TORCH_FN(gelu_out)); m.impl("relu", TORCH_FN(relu)); m.impl("relu_", TORCH_FN(relu_));
-  m.impl("leaky_relu.out", TORCH_FN(leaky_relu_out)); m.impl("softplus.out", TORCH_FN(softplus_out));
-  m.impl("elu.out", TORCH_FN(elu_out)); m.impl("nan_to_num.out", TORCH_FN(nan_to_num_out));
-  m.impl("clamp.out", TORCH_FN(clamp_out)); m.impl("clamp_min.out", TORCH_FN(clamp_min_out));
-  m.impl("clamp_max.out", TORCH_FN(clamp_max_out)); m.impl("clamp.Tensor_out", TORCH_FN(clamp_t_out));
-  m.impl("clamp_min.Tensor_out", TORCH_FN(clamp_min_t_out)); m.impl("clamp_max.Tensor_out", TORCH_FN(clamp_max_t_out));
+  m.impl("gelu.out", TORCH_FN(gelu_out));
+  m.impl("relu", TORCH_FN(relu));
+  m.impl("relu_", TORCH_FN(relu_));
+  m.impl("leaky_relu.out", TORCH_FN(leaky_relu_out));
+  m.impl("softplus.out", TORCH_FN(softplus_out));
+  m.impl("elu.out", TORCH_FN(elu_out));
+  m.impl("nan_to_num.out", TORCH_FN(nan_to_num_out));
+  m.impl("clamp.out", TORCH_FN(clamp_out));
+  m.impl("clamp_min.out", TORCH_FN(clamp_min_out));
+  m.impl("clamp_max.out", TORCH_FN(clamp_max_out));
+  m.impl("clamp.Tensor_out", TORCH_FN(clamp_t_out));
+  m.impl("clamp_min.Tensor_out", TORCH_FN(clamp_min_t_out));
+  m.impl("clamp_max.Tensor_out", TORCH_FN(clamp_max_t_out));
   m.impl("isnan", TORCH_FN(isnan));
-  m.impl("isposinf.out", TORCH_FN(isposinf_out)); m.impl("isneginf.out", TORCH_FN(isneginf_out));
-  m.impl("tril.out", TORCH_FN(tril_out)); m.impl("triu.out", TORCH_FN(triu_out));
-  m.impl("hardtanh", TORCH_FN(hardtanh)); m.impl("hardtanh.out", TORCH_FN(hardtanh_out));
+  m.impl("isposinf.out", TORCH_FN(isposinf_out));
+  m.impl("isneginf.out", TORCH_FN(isneginf_out));
+  m.impl("tril.out", TORCH_FN(tril_out));
+  m.impl("triu.out", TORCH_FN(triu_out));
+  m.impl("hardtanh", TORCH_FN(hardtanh));
+  m.impl("hardtanh.out", TORCH_FN(hardtanh_out));
   m.impl("hardtanh_", TORCH_FN(hardtanh_));
   // binary: the tables, then the rest
 #define ROW(fn, OP, overload) m.impl(#fn "." #overload, TORCH_FN(fn##_out));
   TPU_BINARY_OPS(ROW)
 #undef ROW
-#define ROW(fn, OP) m.impl(#fn ".Tensor_out", TORCH_FN(fn##_out)); m.impl(#fn ".Scalar_out", TORCH_FN(fn##_s_out));
+#define ROW(fn, OP)                              \
+  m.impl(#fn ".Tensor_out", TORCH_FN(fn##_out)); \
+  m.impl(#fn ".Scalar_out", TORCH_FN(fn##_s_out));
   TPU_COMPARE_OPS(ROW)
 #undef ROW
 #define ROW(fn, OP) m.impl(#fn ".out", TORCH_FN(fn##_out));
   TPU_LOGICAL_OPS(ROW)
 #undef ROW
-  m.impl("add.out", TORCH_FN(add_out)); m.impl("sub.out", TORCH_FN(sub_out));
-  m.impl("div.out", TORCH_FN(div_out)); m.impl("div.out_mode", TORCH_FN(div_mode_out));
-  m.impl("pow.Tensor_Tensor_out", TORCH_FN(pow_tt_out)); m.impl("pow.Tensor_Scalar_out", TORCH_FN(pow_ts_out));
+  m.impl("add.out", TORCH_FN(add_out));
+  m.impl("sub.out", TORCH_FN(sub_out));
+  m.impl("div.out", TORCH_FN(div_out));
+  m.impl("div.out_mode", TORCH_FN(div_mode_out));
+  m.impl("pow.Tensor_Tensor_out", TORCH_FN(pow_tt_out));
+  m.impl("pow.Tensor_Scalar_out", TORCH_FN(pow_ts_out));
   m.impl("pow.Scalar_out", TORCH_FN(pow_st_out));
-  m.impl("atan2.out", TORCH_FN(atan2_out)); m.impl("hypot.out", TORCH_FN(hypot_out));
-  m.impl("copysign.out", TORCH_FN(copysign_out)); m.impl("logaddexp.out", TORCH_FN(logaddexp_out));
+  m.impl("atan2.out", TORCH_FN(atan2_out));
+  m.impl("hypot.out", TORCH_FN(hypot_out));
+  m.impl("copysign.out", TORCH_FN(copysign_out));
+  m.impl("logaddexp.out", TORCH_FN(logaddexp_out));
   m.impl("xlogy.OutTensor", TORCH_FN(xlogy_out));
-  m.impl("hardshrink.out", TORCH_FN(hardshrink_out)); m.impl("softshrink.out", TORCH_FN(softshrink_out));
+  m.impl("hardshrink.out", TORCH_FN(hardshrink_out));
+  m.impl("softshrink.out", TORCH_FN(softshrink_out));
   m.impl("hardshrink_backward.grad_input", TORCH_FN(shrink_backward_out));
   m.impl("softshrink_backward.grad_input", TORCH_FN(shrink_backward_out));
   // activation backward
@@ -650,20 +745,36 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("hardtanh_backward.grad_input", TORCH_FN(hardtanh_backward_out));
   m.impl("hardtanh_backward", TORCH_FN(hardtanh_backward));
   // ternary
-  m.impl("addcmul.out", TORCH_FN(addcmul_out)); m.impl("addcdiv.out", TORCH_FN(addcdiv_out));
-  m.impl("lerp.Scalar_out", TORCH_FN(lerp_s_out)); m.impl("lerp.Tensor_out", TORCH_FN(lerp_t_out));
-  m.impl("where.self", TORCH_FN(where)); m.impl("where.self_out", TORCH_FN(where_out));
-  m.impl("masked_fill_.Scalar", TORCH_FN(masked_fill_s)); m.impl("masked_fill_.Tensor", TORCH_FN(masked_fill_t));
+  m.impl("addcmul.out", TORCH_FN(addcmul_out));
+  m.impl("addcdiv.out", TORCH_FN(addcdiv_out));
+  m.impl("lerp.Scalar_out", TORCH_FN(lerp_s_out));
+  m.impl("lerp.Tensor_out", TORCH_FN(lerp_t_out));
+  m.impl("where.self", TORCH_FN(where));
+  m.impl("where.self_out", TORCH_FN(where_out));
+  m.impl("masked_fill_.Scalar", TORCH_FN(masked_fill_s));
+  m.impl("masked_fill_.Tensor", TORCH_FN(masked_fill_t));
   // reductions
-  m.impl("sum.IntList_out", TORCH_FN(sum_out)); m.impl("mean.out", TORCH_FN(mean_out));
-  m.impl("prod.int_out", TORCH_FN(prod_out)); m.impl("prod", TORCH_FN(prod));
-  m.impl("amax.out", TORCH_FN(amax_out)); m.impl("amin.out", TORCH_FN(amin_out));
-  m.impl("max", TORCH_FN(max_all)); m.impl("min", TORCH_FN(min_all));
-  m.impl("argmax.out", TORCH_FN(argmax_out)); m.impl("argmin.out", TORCH_FN(argmin_out));
-  m.impl("max.dim_max", TORCH_FN(max_dim_out)); m.impl("min.dim_min", TORCH_FN(min_dim_out));
-  m.impl("var.correction", TORCH_FN(var_c)); m.impl("std.correction", TORCH_FN(std_c));
-  m.impl("any.out", TORCH_FN(any_out)); m.impl("any.dims_out", TORCH_FN(any_dims_out)); m.impl("any.all_out", TORCH_FN(any_all_out));
-  m.impl("all.out", TORCH_FN(all_out)); m.impl("all.dims_out", TORCH_FN(all_dims_out)); m.impl("all.all_out", TORCH_FN(all_all_out));
+  m.impl("sum.IntList_out", TORCH_FN(sum_out));
+  m.impl("mean.out", TORCH_FN(mean_out));
+  m.impl("prod.int_out", TORCH_FN(prod_out));
+  m.impl("prod", TORCH_FN(prod));
+  m.impl("amax.out", TORCH_FN(amax_out));
+  m.impl("amin.out", TORCH_FN(amin_out));
+  m.impl("max", TORCH_FN(max_all));
+  m.impl("min", TORCH_FN(min_all));
+  m.impl("argmax.out", TORCH_FN(argmax_out));
+  m.impl("argmin.out", TORCH_FN(argmin_out));
+  m.impl("max.dim_max", TORCH_FN(max_dim_out));
+  m.impl("min.dim_min", TORCH_FN(min_dim_out));
+  m.impl("var.correction", TORCH_FN(var_c));
+  m.impl("std.correction", TORCH_FN(std_c));
+  m.impl("any.out", TORCH_FN(any_out));
+  m.impl("any.dims_out", TORCH_FN(any_dims_out));
+  m.impl("any.all_out", TORCH_FN(any_all_out));
+  m.impl("all.out", TORCH_FN(all_out));
+  m.impl("all.dims_out", TORCH_FN(all_dims_out));
+  m.impl("all.all_out", TORCH_FN(all_all_out));
   m.impl("linalg_vector_norm.out", TORCH_FN(norm_out));
-  m.impl("cumsum.out", TORCH_FN(cumsum_out)); m.impl("cumprod.out", TORCH_FN(cumprod_out));
+  m.impl("cumsum.out", TORCH_FN(cumsum_out));
+  m.impl("cumprod.out", TORCH_FN(cumprod_out));
 }

@@ -35,14 +35,13 @@ namespace at::tpu {
 // torch.OutOfMemoryError; unsupported -> NotImplementedError; else RuntimeError).
 [[noreturn]] void throw_status(tpu_status s, const char* what);
 
-#define TPU_CHECK(expr)                                 \
-  do {                                                  \
-    tpu_status tpu_s__ = (expr);                        \
-    if (C10_UNLIKELY(tpu_s__ != TPU_OK))                \
-      ::at::tpu::throw_status(tpu_s__, #expr);          \
+#define TPU_CHECK(expr)                                                           \
+  do {                                                                            \
+    tpu_status tpu_s__ = (expr);                                                  \
+    if (C10_UNLIKELY(tpu_s__ != TPU_OK)) ::at::tpu::throw_status(tpu_s__, #expr); \
   } while (0)
 
-tpu_dtype to_tpu_dtype(c10::ScalarType st);   // TORCH_CHECKs unsupported dtypes
+tpu_dtype to_tpu_dtype(c10::ScalarType st);  // TORCH_CHECKs unsupported dtypes
 bool dtype_supported(c10::ScalarType st);
 
 // Descriptor of a tpu tensor (borrowed storage) or of a host scalar.
@@ -95,4 +94,4 @@ void reset_fallback_counts();
 void set_fallback_enabled(bool on);
 bool fallback_enabled();
 
-} // namespace at::tpu
+}  // namespace at::tpu

@@ -22,18 +22,20 @@
 #include "test.h"
 #include <stdint.h>
 
-#define HBM (64u << 20)
-#define GUARD 4096          /* bytes of raw memory checked on each side of the target */
-#define TGT_BYTES 1000      /* the target allocation: not a multiple of the bin size */
-#define REGION (GUARD + 1024 + GUARD)
+#define HBM       (64u << 20)
+#define GUARD     4096 /* bytes of raw memory checked on each side of the target */
+#define TGT_BYTES 1000 /* the target allocation: not a multiple of the bin size */
+#define REGION    (GUARD + 1024 + GUARD)
 
-static void *guard_lo, *tgt, *guard_hi, *scratch;   /* scratch lies beyond the checked region */
-static unsigned char *raw;           /* host view of [tgt - GUARD, tgt + 1024 + GUARD) */
-static unsigned char model[REGION];  /* what raw must hold */
+static void *guard_lo, *tgt, *guard_hi, *scratch; /* scratch lies beyond the checked region */
+static unsigned char *raw;                        /* host view of [tgt - GUARD, tgt + 1024 + GUARD) */
+static unsigned char model[REGION];               /* what raw must hold */
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
 static uint64_t rnd(void) {
-    rng_state ^= rng_state << 13; rng_state ^= rng_state >> 7; rng_state ^= rng_state << 17;
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
     return rng_state;
 }
 static int64_t rnd_in(int64_t lo, int64_t hi) { return lo + (int64_t)(rnd() % (uint64_t)(hi - lo + 1)); }
@@ -64,14 +66,19 @@ static void setup(void) {
 static tpu_tensor view1(void *base, size_t nbytes, tpu_dtype dt, int64_t off, int64_t n, int64_t stride) {
     tpu_tensor t;
     memset(&t, 0, sizeof t);
-    t.base = base; t.nbytes = nbytes; t.dtype = dt; t.offset = off;
-    t.ndim = 1; t.sizes[0] = n; t.strides[0] = stride;
+    t.base = base;
+    t.nbytes = nbytes;
+    t.dtype = dt;
+    t.offset = off;
+    t.ndim = 1;
+    t.sizes[0] = n;
+    t.strides[0] = stride;
     return t;
 }
 
 static tpu_status fill(tpu_tensor out, double v) {
-    tpu_tensor ops[2] = { out, tpu_tensor_scalar_f(v, TPU_F64) };
-    tpu_params p = { .compute_dtype = out.dtype };
+    tpu_tensor ops[2] = {out, tpu_tensor_scalar_f(v, TPU_F64)};
+    tpu_params p = {.compute_dtype = out.dtype};
     return tpu_launch(NULL, TPU_OP_FILL, ops, 2, &p);
 }
 
@@ -83,19 +90,22 @@ static void expect_refused(const char *what, tpu_status s) {
 }
 
 static void test_launch_refuses_out_of_bounds(void) {
-    const int64_t nf = TGT_BYTES / 4;   /* 250 floats */
-    struct { const char *what; tpu_tensor t; } cases[] = {
-        { "one past the end", view1(tgt, TGT_BYTES, TPU_F32, 0, nf + 1, 1) },
-        { "offset past the end", view1(tgt, TGT_BYTES, TPU_F32, nf, 1, 1) },
-        { "stride past the end", view1(tgt, TGT_BYTES, TPU_F32, 0, 2, nf) },
-        { "negative offset", view1(tgt, TGT_BYTES, TPU_F32, -1, 2, 1) },
-        { "negative stride below 0", view1(tgt, TGT_BYTES, TPU_F32, 3, 5, -1) },
-        { "size*stride overflows", view1(tgt, TGT_BYTES, TPU_F32, 0, INT64_MAX / 2, 4) },
-        { "offset+extent overflows", view1(tgt, TGT_BYTES, TPU_F32, INT64_MAX - 2, 8, 1) },
-        { "storage larger than its allocation", view1(tgt, 4096, TPU_F32, 0, 1024, 1) },
-        { "storage bigger by one byte", view1(tgt, TGT_BYTES + 1, TPU_U8, 0, TGT_BYTES + 1, 1) },
-        { "pointer into an allocation", view1((char *)tgt + 512, 256, TPU_F32, 0, 4, 1) },
-        { "f64 view of an f32 storage's tail", view1(tgt, TGT_BYTES, TPU_F64, 124, 2, 1) },
+    const int64_t nf = TGT_BYTES / 4; /* 250 floats */
+    struct {
+        const char *what;
+        tpu_tensor t;
+    } cases[] = {
+        {"one past the end", view1(tgt, TGT_BYTES, TPU_F32, 0, nf + 1, 1)},
+        {"offset past the end", view1(tgt, TGT_BYTES, TPU_F32, nf, 1, 1)},
+        {"stride past the end", view1(tgt, TGT_BYTES, TPU_F32, 0, 2, nf)},
+        {"negative offset", view1(tgt, TGT_BYTES, TPU_F32, -1, 2, 1)},
+        {"negative stride below 0", view1(tgt, TGT_BYTES, TPU_F32, 3, 5, -1)},
+        {"size*stride overflows", view1(tgt, TGT_BYTES, TPU_F32, 0, INT64_MAX / 2, 4)},
+        {"offset+extent overflows", view1(tgt, TGT_BYTES, TPU_F32, INT64_MAX - 2, 8, 1)},
+        {"storage larger than its allocation", view1(tgt, 4096, TPU_F32, 0, 1024, 1)},
+        {"storage bigger by one byte", view1(tgt, TGT_BYTES + 1, TPU_U8, 0, TGT_BYTES + 1, 1)},
+        {"pointer into an allocation", view1((char *)tgt + 512, 256, TPU_F32, 0, 4, 1)},
+        {"f64 view of an f32 storage's tail", view1(tgt, TGT_BYTES, TPU_F64, 124, 2, 1)},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         reset_region();
@@ -104,11 +114,11 @@ static void test_launch_refuses_out_of_bounds(void) {
          * the destination has the same size, stride 0 (in bounds whatever the
          * size: every element is element 0). */
         reset_region();
-        tpu_tensor ops[2] = { view1(tgt, TGT_BYTES, TPU_F32, 0, cases[i].t.sizes[0], 0), cases[i].t };
-        tpu_params p = { .compute_dtype = TPU_F32 };
+        tpu_tensor ops[2] = {view1(tgt, TGT_BYTES, TPU_F32, 0, cases[i].t.sizes[0], 0), cases[i].t};
+        tpu_params p = {.compute_dtype = TPU_F32};
         expect_refused(cases[i].what, tpu_launch(NULL, TPU_OP_COPY, ops, 2, &p));
         reset_region();
-        tpu_tensor add[3] = { ops[0], ops[0], cases[i].t };
+        tpu_tensor add[3] = {ops[0], ops[0], cases[i].t};
         p.f[0] = 1.0;
         expect_refused(cases[i].what, tpu_launch(NULL, TPU_OP_ADD, add, 3, &p));
     }
@@ -120,7 +130,8 @@ static void test_launch_refuses_out_of_bounds(void) {
     CHECK(strstr(tpu_last_error(), "live") != NULL);
     /* Errors name the op and the operand. */
     CHECK(fill(view1(tgt, TGT_BYTES, TPU_F32, 0, 251, 1), 1.0) == TPU_ERROR_INVALID_VALUE);
-    CHECK_MSG(strstr(tpu_last_error(), "fill") && strstr(tpu_last_error(), "outside its storage"), "%s", tpu_last_error());
+    CHECK_MSG(strstr(tpu_last_error(), "fill") && strstr(tpu_last_error(), "outside its storage"), "%s",
+              tpu_last_error());
     /* The device keeps working: an in-bounds fill of the whole target. */
     reset_region();
     CHECK_OK(fill(view1(tgt, TGT_BYTES, TPU_F32, 0, 250, 1), 2.0));
@@ -132,13 +143,16 @@ static void test_launch_refuses_out_of_bounds(void) {
 static void test_copies_refuse_out_of_bounds(void) {
     static unsigned char host[8192];
     tpu_tensor h = view1(host, sizeof host, TPU_U8, 0, 1, 1);
-    struct { const char *what; tpu_tensor d; } cases[] = {
-        { "past the end", view1(tgt, TGT_BYTES, TPU_U8, 900, 101, 1) },
-        { "offset past the end", view1(tgt, TGT_BYTES, TPU_U8, 1000, 1, 1) },
-        { "storage larger than its allocation", view1(tgt, 1024, TPU_U8, 0, 1024, 1) },
-        { "interior pointer", view1((char *)tgt + 8, 16, TPU_U8, 0, 16, 1) },
-        { "negative offset", view1(tgt, TGT_BYTES, TPU_U8, -8, 16, 1) },
-        { "overflow", view1(tgt, TGT_BYTES, TPU_F64, INT64_MAX / 4, 4, 1) },
+    struct {
+        const char *what;
+        tpu_tensor d;
+    } cases[] = {
+        {"past the end", view1(tgt, TGT_BYTES, TPU_U8, 900, 101, 1)},
+        {"offset past the end", view1(tgt, TGT_BYTES, TPU_U8, 1000, 1, 1)},
+        {"storage larger than its allocation", view1(tgt, 1024, TPU_U8, 0, 1024, 1)},
+        {"interior pointer", view1((char *)tgt + 8, 16, TPU_U8, 0, 16, 1)},
+        {"negative offset", view1(tgt, TGT_BYTES, TPU_U8, -8, 16, 1)},
+        {"overflow", view1(tgt, TGT_BYTES, TPU_F64, INT64_MAX / 4, 4, 1)},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         tpu_tensor hv = h;
@@ -185,9 +199,14 @@ static void test_copies_refuse_out_of_bounds(void) {
 
 /* ---- the fuzzer ---- */
 
-typedef struct { tpu_tensor t; bool in_bounds; int64_t n; int64_t idx[4096]; } fview;
+typedef struct {
+    tpu_tensor t;
+    bool in_bounds;
+    int64_t n;
+    int64_t idx[4096];
+} fview;
 
-static const tpu_dtype fdt[] = { TPU_F32, TPU_F64, TPU_F16, TPU_BF16, TPU_U8, TPU_I16, TPU_I32, TPU_I64 };
+static const tpu_dtype fdt[] = {TPU_F32, TPU_F64, TPU_F16, TPU_BF16, TPU_U8, TPU_I16, TPU_I32, TPU_I64};
 
 /* A random view of the target with an independent bounds verdict: enumerate
  * every element's index and compare with the storage. */
@@ -214,12 +233,15 @@ static void random_view(fview *v) {
         int64_t pos = 0, neg = 0;
         for (int d = 0; d < v->t.ndim; d++) {
             int64_t e = v->t.sizes[d] > 0 ? (v->t.sizes[d] - 1) * v->t.strides[d] : 0;
-            if (e > 0) pos += e; else neg -= e;
+            if (e > 0)
+                pos += e;
+            else
+                neg -= e;
         }
         int64_t limit = (int64_t)(v->t.nbytes / (size_t)es);
         v->t.offset = rnd() & 1 ? limit - 1 - pos + rnd_in(0, 1) : neg - rnd_in(0, 1);
     }
-    if (rnd() % 50 == 0 && v->t.ndim) {   /* an extent that overflows, or (times 4) a numel that does */
+    if (rnd() % 50 == 0 && v->t.ndim) { /* an extent that overflows, or (times 4) a numel that does */
         v->t.sizes[0] = INT64_MAX / 3;
         if (v->t.strides[0] == 0) v->t.strides[0] = 1;
         if (v->t.ndim > 1 && rnd() % 2) v->t.sizes[1] = 4;
@@ -234,13 +256,16 @@ static void random_view(fview *v) {
      * nothing and is accepted; otherwise every element must lie in the
      * storage, and the storage in its allocation. */
     bool ok;
-    int64_t nz = 1;   /* the product of the non-zero sizes must fit in int64 even when empty */
+    int64_t nz = 1; /* the product of the non-zero sizes must fit in int64 even when empty */
     bool numel_ovf = false;
     for (int d = 0; d < v->t.ndim; d++)
         if (v->t.sizes[d]) numel_ovf |= __builtin_mul_overflow(nz, v->t.sizes[d], &nz);
-    if (v->t.offset < 0 || numel_ovf) ok = false;
-    else if (empty) ok = true;
-    else if (overflow) ok = false;   /* huge size with a non-zero stride: out of any storage */
+    if (v->t.offset < 0 || numel_ovf)
+        ok = false;
+    else if (empty)
+        ok = true;
+    else if (overflow)
+        ok = false; /* huge size with a non-zero stride: out of any storage */
     else {
         ok = v->t.nbytes <= TGT_BYTES;
         int64_t limit = (int64_t)(v->t.nbytes / (size_t)es);
@@ -260,14 +285,38 @@ static void random_view(fview *v) {
 /* Store element value v (as dtype dt) at byte position p of the model. */
 static void model_store(unsigned char *p, tpu_dtype dt, double v) {
     switch (dt) {
-    case TPU_F32: { float x = (float)v; memcpy(p, &x, 4); break; }
+    case TPU_F32: {
+        float x = (float)v;
+        memcpy(p, &x, 4);
+        break;
+    }
     case TPU_F64: memcpy(p, &v, 8); break;
-    case TPU_F16: { uint16_t x = v == 3.0 ? 0x4200 : 0x4000; memcpy(p, &x, 2); break; }  /* 3.0 or 2.0 */
-    case TPU_BF16: { uint16_t x = v == 3.0 ? 0x4040 : 0x4000; memcpy(p, &x, 2); break; }
+    case TPU_F16: {
+        uint16_t x = v == 3.0 ? 0x4200 : 0x4000;
+        memcpy(p, &x, 2);
+        break;
+    } /* 3.0 or 2.0 */
+    case TPU_BF16: {
+        uint16_t x = v == 3.0 ? 0x4040 : 0x4000;
+        memcpy(p, &x, 2);
+        break;
+    }
     case TPU_U8: *p = (unsigned char)v; break;
-    case TPU_I16: { int16_t x = (int16_t)v; memcpy(p, &x, 2); break; }
-    case TPU_I32: { int32_t x = (int32_t)v; memcpy(p, &x, 4); break; }
-    case TPU_I64: { int64_t x = (int64_t)v; memcpy(p, &x, 8); break; }
+    case TPU_I16: {
+        int16_t x = (int16_t)v;
+        memcpy(p, &x, 2);
+        break;
+    }
+    case TPU_I32: {
+        int32_t x = (int32_t)v;
+        memcpy(p, &x, 4);
+        break;
+    }
+    case TPU_I64: {
+        int64_t x = (int64_t)v;
+        memcpy(p, &x, 8);
+        break;
+    }
     default: break;
     }
 }
@@ -284,25 +333,34 @@ static void fuzz_case(int k) {
         /* fill: the view is written */
         s = fill(fv.t, 3.0);
         if (s == TPU_OK)
-            for (int64_t i = 0; i < fv.n; i++) model_store(model + GUARD + fv.idx[i] * (int64_t)es, (tpu_dtype)fv.t.dtype, 3.0);
+            for (int64_t i = 0; i < fv.n; i++)
+                model_store(model + GUARD + fv.idx[i] * (int64_t)es, (tpu_dtype)fv.t.dtype, 3.0);
     } else if (kind == 1) {
         /* copy with the view as source into guard_hi (contiguous, same shape): nothing in the region may change */
-        tpu_tensor ops[2] = { fv.t, fv.t };
-        ops[0].base = scratch; ops[0].nbytes = 16 * GUARD; ops[0].offset = 0;
+        tpu_tensor ops[2] = {fv.t, fv.t};
+        ops[0].base = scratch;
+        ops[0].nbytes = 16 * GUARD;
+        ops[0].offset = 0;
         int64_t st = 1;
-        for (int d = ops[0].ndim - 1; d >= 0; d--) { ops[0].strides[d] = st; st *= ops[0].sizes[d] > 0 && ops[0].sizes[d] < 1000 ? ops[0].sizes[d] : 1; }
-                tpu_params p = { .compute_dtype = fv.t.dtype };
+        for (int d = ops[0].ndim - 1; d >= 0; d--) {
+            ops[0].strides[d] = st;
+            st *= ops[0].sizes[d] > 0 && ops[0].sizes[d] < 1000 ? ops[0].sizes[d] : 1;
+        }
+        tpu_params p = {.compute_dtype = fv.t.dtype};
         s = tpu_launch(NULL, TPU_OP_COPY, ops, 2, &p);
     } else if (kind == 2) {
         /* copy into the view from a broadcast scalar-like source in guard_lo */
-        tpu_tensor ops[2] = { fv.t, fv.t };
-        ops[1].base = guard_lo; ops[1].nbytes = 2 * GUARD; ops[1].offset = 0;
+        tpu_tensor ops[2] = {fv.t, fv.t};
+        ops[1].base = guard_lo;
+        ops[1].nbytes = 2 * GUARD;
+        ops[1].offset = 0;
         for (int d = 0; d < ops[1].ndim; d++) ops[1].strides[d] = 0;
-        tpu_params p = { .compute_dtype = fv.t.dtype };
+        tpu_params p = {.compute_dtype = fv.t.dtype};
         CHECK_OK(fill(view1(guard_lo, 2 * GUARD, (tpu_dtype)fv.t.dtype, 0, 1, 1), 2.0));
         s = tpu_launch(NULL, TPU_OP_COPY, ops, 2, &p);
         if (s == TPU_OK)
-            for (int64_t i = 0; i < fv.n; i++) model_store(model + GUARD + fv.idx[i] * (int64_t)es, (tpu_dtype)fv.t.dtype, 2.0);
+            for (int64_t i = 0; i < fv.n; i++)
+                model_store(model + GUARD + fv.idx[i] * (int64_t)es, (tpu_dtype)fv.t.dtype, 2.0);
     } else {
         /* view copies: contiguous 1-d views with random offset/length/storage size, H2D then D2H */
         static unsigned char host[2048];
@@ -316,8 +374,9 @@ static void fuzz_case(int k) {
         bool host_ok = len == 0 || hoff + len <= (int64_t)sizeof host;
         for (int i = 0; i < (int)sizeof host; i++) host[i] = (unsigned char)rnd();
         s = tpu_memcpy_view(&d, &h, TPU_COPY_H2D, NULL, rnd() & 1);
-        CHECK_MSG((s == TPU_OK) == (dev_ok && host_ok), "case %d: H2D off %lld len %lld nbytes %zu hoff %lld -> %s (%s)",
-                  k, (long long)off, (long long)len, nb, (long long)hoff, tpu_status_name(s), tpu_last_error());
+        CHECK_MSG((s == TPU_OK) == (dev_ok && host_ok),
+                  "case %d: H2D off %lld len %lld nbytes %zu hoff %lld -> %s (%s)", k, (long long)off, (long long)len,
+                  nb, (long long)hoff, tpu_status_name(s), tpu_last_error());
         if (s == TPU_OK && len) memcpy(model + GUARD + off, host + hoff, (size_t)len);
         int dd = region_diff();
         CHECK_MSG(dd < 0, "case %d: H2D left raw byte %d wrong", k, dd);
@@ -329,12 +388,14 @@ static void fuzz_case(int k) {
         CHECK_MSG(memcmp(before, host, sizeof host) == 0, "case %d: D2H wrote the wrong host bytes", k);
         return;
     }
-    CHECK_MSG((s == TPU_OK) == fv.in_bounds, "case %d kind %d: dtype %s ndim %d offset %lld nbytes %zu: %s, expected %s (%s)",
-              k, kind, tpu_dtype_name((tpu_dtype)fv.t.dtype), fv.t.ndim, (long long)fv.t.offset, fv.t.nbytes,
-              tpu_status_name(s), fv.in_bounds ? "accepted" : "refused", tpu_last_error());
+    CHECK_MSG((s == TPU_OK) == fv.in_bounds,
+              "case %d kind %d: dtype %s ndim %d offset %lld nbytes %zu: %s, expected %s (%s)", k, kind,
+              tpu_dtype_name((tpu_dtype)fv.t.dtype), fv.t.ndim, (long long)fv.t.offset, fv.t.nbytes, tpu_status_name(s),
+              fv.in_bounds ? "accepted" : "refused", tpu_last_error());
     if ((s == TPU_OK) != fv.in_bounds)
         for (int d = 0; d < fv.t.ndim; d++)
-            fprintf(stderr, "     dim %d: size %lld stride %lld\n", d, (long long)fv.t.sizes[d], (long long)fv.t.strides[d]);
+            fprintf(stderr, "     dim %d: size %lld stride %lld\n", d, (long long)fv.t.sizes[d],
+                    (long long)fv.t.strides[d]);
     tpu_status ss = tpu_device_synchronize(0);
     CHECK_MSG(ss == TPU_OK, "case %d: kernel failed: %s", k, tpu_last_error());
     int d = region_diff();

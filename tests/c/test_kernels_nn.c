@@ -9,32 +9,31 @@
  * A few cases are checked against hand-computed numbers, and every
  * out-of-range index or target must fail with PyTorch's message. */
 #include "kernels/kernels-impl.h"
-#include "vtpu/vtpu-impl.h"         /* tpu_pool_register: run the matrix unit's portable path too */
+#include "vtpu/vtpu-impl.h" /* tpu_pool_register: run the matrix unit's portable path too */
 #include "test.h"
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 
 #define GUARD 64
-#define PAT 0xA5
+#define PAT   0xA5
 
 enum { L_CONTIG = 0, L_PERM = 1, L_PAD = 2, L_PERM_PAD = 3 };
 
 typedef struct hten {
     tpu_tensor t;
-    unsigned char *mem;        /* GUARD | storage | GUARD */
-    size_t bytes;              /* storage bytes */
+    unsigned char *mem; /* GUARD | storage | GUARD */
+    size_t bytes;       /* storage bytes */
 } hten;
 
 static char case_desc[256];
-static long ncompared;          /* output tensors compared fast vs ref */
+static long ncompared; /* output tensors compared fast vs ref */
 
 /* ---- random numbers (xorshift64*) ---- */
 
 static uint64_t rng_s = 0x9E3779B97F4A7C15ull;
 
-static uint64_t rng_next(void)
-{
+static uint64_t rng_next(void) {
     rng_s ^= rng_s >> 12;
     rng_s ^= rng_s << 25;
     rng_s ^= rng_s >> 27;
@@ -46,15 +45,14 @@ static int64_t irand(int64_t n) { return (int64_t)(rng_next() % (uint64_t)n); }
 
 /* ---- host tensors ---- */
 
-static void hmk(hten *h, tpu_dtype dt, int ndim, const int64_t *sizes, int layout)
-{
+static void hmk(hten *h, tpu_dtype dt, int ndim, const int64_t *sizes, int layout) {
     memset(h, 0, sizeof *h);
     tpu_tensor *t = &h->t;
     t->dtype = dt;
     t->ndim = ndim;
     int64_t st = 1;
     for (int q = 0; q < ndim; q++) {
-        int d = (layout & L_PERM) ? q : ndim - 1 - q;          /* innermost first */
+        int d = (layout & L_PERM) ? q : ndim - 1 - q; /* innermost first */
         t->sizes[d] = sizes[d];
         t->strides[d] = st;
         int64_t ext = sizes[d] + ((layout & L_PAD) ? 1 : 0);
@@ -72,8 +70,7 @@ static void hmk(hten *h, tpu_dtype dt, int ndim, const int64_t *sizes, int layou
 static void hmk1(hten *h, tpu_dtype dt, int64_t n, int layout) { hmk(h, dt, 1, &n, layout); }
 
 /* same layout and contents */
-static void hclone(hten *d, const hten *s)
-{
+static void hclone(hten *d, const hten *s) {
     *d = *s;
     d->mem = malloc(s->bytes + 2 * GUARD);
     if (!d->mem) abort();
@@ -81,22 +78,19 @@ static void hclone(hten *d, const hten *s)
     d->t.base = d->mem + GUARD;
 }
 
-static void hfree(hten *h)
-{
+static void hfree(hten *h) {
     free(h->mem);
     h->mem = NULL;
 }
 
-static int64_t hnumel(const tpu_tensor *t)
-{
+static int64_t hnumel(const tpu_tensor *t) {
     int64_t n = 1;
     for (int d = 0; d < t->ndim; d++) n *= t->sizes[d];
     return n;
 }
 
 /* element offset of row-major element `lin` */
-static int64_t hoff(const tpu_tensor *t, int64_t lin)
-{
+static int64_t hoff(const tpu_tensor *t, int64_t lin) {
     int64_t off = t->offset;
     for (int d = t->ndim - 1; d >= 0; d--) {
         off += (lin % t->sizes[d]) * t->strides[d];
@@ -105,27 +99,23 @@ static int64_t hoff(const tpu_tensor *t, int64_t lin)
     return off;
 }
 
-static void *hptr(const tpu_tensor *t, int64_t lin)
-{
+static void *hptr(const tpu_tensor *t, int64_t lin) {
     return (char *)t->base + (size_t)hoff(t, lin) * tpu_dtype_size((tpu_dtype)t->dtype);
 }
 
 static double hget(const hten *h, int64_t lin) { return tpu_load_f64(hptr(&h->t, lin), (tpu_dtype)h->t.dtype); }
 static void hset(hten *h, int64_t lin, double v) { tpu_store_f64(hptr(&h->t, lin), (tpu_dtype)h->t.dtype, v); }
 
-static void hfill(hten *h, double lo, double hi)
-{
+static void hfill(hten *h, double lo, double hi) {
     for (int64_t i = 0; i < hnumel(&h->t); i++) hset(h, i, urand(lo, hi));
 }
 
-static void hfill_int(hten *h, int64_t n)
-{
+static void hfill_int(hten *h, int64_t n) {
     for (int64_t i = 0; i < hnumel(&h->t); i++) tpu_store_i64(hptr(&h->t, i), (tpu_dtype)h->t.dtype, irand(n));
 }
 
 /* Bytes outside the view's elements still hold the pattern? */
-static bool hguards_ok(const hten *h)
-{
+static bool hguards_ok(const hten *h) {
     size_t total = h->bytes + 2 * GUARD, es = tpu_dtype_size((tpu_dtype)h->t.dtype);
     unsigned char *mark = calloc(total, 1);
     if (!mark) abort();
@@ -138,8 +128,7 @@ static bool hguards_ok(const hten *h)
 }
 
 /* |fast - ref| <= rtol*|ref| + atol*max(1, max|ref|); NaN and inf must match. */
-static void hcmp(const char *what, const hten *f, const hten *r, double rtol, double atol)
-{
+static void hcmp(const char *what, const hten *f, const hten *r, double rtol, double atol) {
     CHECK_MSG(hguards_ok(f), "%s [%s]: fast kernel wrote outside the view", what, case_desc);
     CHECK_MSG(hguards_ok(r), "%s [%s]: ref kernel wrote outside the view", what, case_desc);
     ncompared++;
@@ -152,9 +141,12 @@ static void hcmp(const char *what, const hten *f, const hten *r, double rtol, do
     for (int64_t i = 0; i < n; i++) {
         double a = hget(f, i), b = hget(r, i);
         bool ok;
-        if (isnan(b) || isnan(a)) ok = isnan(a) && isnan(b);
-        else if (isinf(b) || isinf(a)) ok = a == b;
-        else ok = fabs(a - b) <= rtol * fabs(b) + atol * maxabs;
+        if (isnan(b) || isnan(a))
+            ok = isnan(a) && isnan(b);
+        else if (isinf(b) || isinf(a))
+            ok = a == b;
+        else
+            ok = fabs(a - b) <= rtol * fabs(b) + atol * maxabs;
         if (!ok) {
             CHECK_MSG(ok, "%s [%s]: element %lld fast %.9g ref %.9g", what, case_desc, (long long)i, a, b);
             return;
@@ -162,8 +154,7 @@ static void hcmp(const char *what, const hten *f, const hten *r, double rtol, do
     }
 }
 
-static double tol(tpu_dtype dt)
-{
+static double tol(tpu_dtype dt) {
     switch (dt) {
     case TPU_F64: return 1e-11;
     case TPU_F32: return 2e-5;
@@ -173,8 +164,7 @@ static double tol(tpu_dtype dt)
     }
 }
 
-static tpu_status run(bool ref, tpu_op op, const tpu_tensor *ops, int n, const tpu_params *p, char *err)
-{
+static tpu_status run(bool ref, tpu_op op, const tpu_tensor *ops, int n, const tpu_params *p, char *err) {
     tpu_kargs a;
     memset(&a, 0, sizeof a);
     a.op = op;
@@ -189,13 +179,12 @@ static tpu_status run(bool ref, tpu_op op, const tpu_tensor *ops, int n, const t
     return s;
 }
 
-static const tpu_dtype float_dtypes[] = { TPU_F32, TPU_F64, TPU_BF16, TPU_F16 };
+static const tpu_dtype float_dtypes[] = {TPU_F32, TPU_F64, TPU_BF16, TPU_F16};
 #define NFLOAT 4
 
 /* ================= softmax ================= */
 
-static void softmax_case(tpu_op op, tpu_dtype dt, int ndim, const int64_t *sizes, int dim, int lo, int li)
-{
+static void softmax_case(tpu_op op, tpu_dtype dt, int ndim, const int64_t *sizes, int dim, int lo, int li) {
     bool bwd = op == TPU_OP_SOFTMAX_BWD || op == TPU_OP_LOG_SOFTMAX_BWD;
     snprintf(case_desc, sizeof case_desc, "%s %s ndim %d dim %d out-layout %d in-layout %d", tpu_op_name(op),
              tpu_dtype_name(dt), ndim, dim, lo, li);
@@ -203,12 +192,14 @@ static void softmax_case(tpu_op op, tpu_dtype dt, int ndim, const int64_t *sizes
     hmk(&x, dt, ndim, sizes, li);
     hmk(&y, dt, ndim, sizes, li);
     hfill(&x, bwd ? -1 : -4, bwd ? 1 : 4);
-    if (op == TPU_OP_SOFTMAX_BWD) hfill(&y, 0, 1);
-    else hfill(&y, -6, 0);
-    if (!bwd && hnumel(&x.t) > 2) hset(&x, 1, -INFINITY);      /* a masked element */
+    if (op == TPU_OP_SOFTMAX_BWD)
+        hfill(&y, 0, 1);
+    else
+        hfill(&y, -6, 0);
+    if (!bwd && hnumel(&x.t) > 2) hset(&x, 1, -INFINITY); /* a masked element */
     hmk(&of, dt, ndim, sizes, lo);
     hclone(&orf, &of);
-    tpu_tensor ops[3] = { of.t, x.t, y.t };
+    tpu_tensor ops[3] = {of.t, x.t, y.t};
     tpu_params p;
     memset(&p, 0, sizeof p);
     p.i[0] = dim;
@@ -222,11 +213,13 @@ static void softmax_case(tpu_op op, tpu_dtype dt, int ndim, const int64_t *sizes
     hfree(&orf);
 }
 
-static void test_softmax_vs_ref(void)
-{
-    static const struct { int ndim; int64_t sizes[3]; } shapes[] = {
-        { 0, { 0 } }, { 1, { 7 } }, { 2, { 3, 5 } }, { 3, { 3, 5, 7 } }, { 2, { 3, 131 } }, { 1, { 1031 } },
-        { 2, { 2, 1031 } }, { 2, { 0, 5 } }, { 3, { 5, 1, 3 } },
+static void test_softmax_vs_ref(void) {
+    static const struct {
+        int ndim;
+        int64_t sizes[3];
+    } shapes[] = {
+        {0, {0}},    {1, {7}},       {2, {3, 5}}, {3, {3, 5, 7}}, {2, {3, 131}},
+        {1, {1031}}, {2, {2, 1031}}, {2, {0, 5}}, {3, {5, 1, 3}},
     };
     for (int op = TPU_OP_SOFTMAX; op <= TPU_OP_LOG_SOFTMAX_BWD; op++)
         for (int di = 0; di < NFLOAT; di++)
@@ -241,8 +234,7 @@ static void test_softmax_vs_ref(void)
 }
 
 /* runs op on a 1-d f32/f64 vector, out contiguous */
-static void softmax_1d(tpu_op op, tpu_dtype dt, const double *in0, const double *in1, int64_t n, double *out)
-{
+static void softmax_1d(tpu_op op, tpu_dtype dt, const double *in0, const double *in1, int64_t n, double *out) {
     hten x, y, o;
     hmk1(&x, dt, n, L_CONTIG);
     hmk1(&y, dt, n, L_CONTIG);
@@ -251,7 +243,7 @@ static void softmax_1d(tpu_op op, tpu_dtype dt, const double *in0, const double 
         hset(&x, i, in0[i]);
         if (in1) hset(&y, i, in1[i]);
     }
-    tpu_tensor ops[3] = { o.t, x.t, y.t };
+    tpu_tensor ops[3] = {o.t, x.t, y.t};
     tpu_params p;
     memset(&p, 0, sizeof p);
     run(false, op, ops, in1 ? 3 : 2, &p, NULL);
@@ -261,29 +253,28 @@ static void softmax_1d(tpu_op op, tpu_dtype dt, const double *in0, const double 
     hfree(&o);
 }
 
-static void test_softmax_hand(void)
-{
+static void test_softmax_hand(void) {
     snprintf(case_desc, sizeof case_desc, "hand values");
     for (int di = 0; di < 2; di++) {
         tpu_dtype dt = float_dtypes[di];
         double e = dt == TPU_F32 ? 1e-6 : 1e-14, o[2];
-        double x[2] = { 0, log(2.0) };
+        double x[2] = {0, log(2.0)};
         softmax_1d(TPU_OP_SOFTMAX, dt, x, NULL, 2, o);
         CHECK(fabs(o[0] - 1.0 / 3) < e && fabs(o[1] - 2.0 / 3) < e);
         softmax_1d(TPU_OP_LOG_SOFTMAX, dt, x, NULL, 2, o);
         CHECK(fabs(o[0] + log(3.0)) < e && fabs(o[1] - log(2.0 / 3)) < e);
-        double y[2] = { 1.0 / 3, 2.0 / 3 }, g[2] = { 1, 0 };
-        softmax_1d(TPU_OP_SOFTMAX_BWD, dt, g, y, 2, o);                /* y*(g - sum(g*y)) */
+        double y[2] = {1.0 / 3, 2.0 / 3}, g[2] = {1, 0};
+        softmax_1d(TPU_OP_SOFTMAX_BWD, dt, g, y, 2, o); /* y*(g - sum(g*y)) */
         CHECK(fabs(o[0] - 2.0 / 9) < e && fabs(o[1] + 2.0 / 9) < e);
-        double ly[2] = { log(1.0 / 3), log(2.0 / 3) };
-        softmax_1d(TPU_OP_LOG_SOFTMAX_BWD, dt, g, ly, 2, o);           /* g - exp(y)*sum(g) */
+        double ly[2] = {log(1.0 / 3), log(2.0 / 3)};
+        softmax_1d(TPU_OP_LOG_SOFTMAX_BWD, dt, g, ly, 2, o); /* g - exp(y)*sum(g) */
         CHECK(fabs(o[0] - 2.0 / 3) < e && fabs(o[1] + 2.0 / 3) < e);
-        double m[2] = { -INFINITY, 0 };
+        double m[2] = {-INFINITY, 0};
         softmax_1d(TPU_OP_SOFTMAX, dt, m, NULL, 2, o);
         CHECK(o[0] == 0 && o[1] == 1);
         softmax_1d(TPU_OP_LOG_SOFTMAX, dt, m, NULL, 2, o);
         CHECK(o[0] == -INFINITY && o[1] == 0);
-        double nn[2] = { NAN, 1 }, inf[2] = { INFINITY, 1 };      /* PyTorch: all NaN */
+        double nn[2] = {NAN, 1}, inf[2] = {INFINITY, 1}; /* PyTorch: all NaN */
         softmax_1d(TPU_OP_SOFTMAX, dt, nn, NULL, 2, o);
         CHECK(isnan(o[0]) && isnan(o[1]));
         softmax_1d(TPU_OP_SOFTMAX, dt, inf, NULL, 2, o);
@@ -305,7 +296,7 @@ static void test_softmax_hand(void)
     hmk(&x, TPU_F32, 0, NULL, L_CONTIG);
     hmk(&o, TPU_F32, 0, NULL, L_CONTIG);
     hset(&x, 0, 3.0);
-    tpu_tensor ops[2] = { o.t, x.t };
+    tpu_tensor ops[2] = {o.t, x.t};
     tpu_params p;
     memset(&p, 0, sizeof p);
     run(false, TPU_OP_SOFTMAX, ops, 2, &p, NULL);
@@ -319,29 +310,34 @@ static void test_softmax_hand(void)
 /* ================= nll loss ================= */
 
 /* N < 0: 1-d x of C classes, 0-dim target */
-static void nll_case(tpu_dtype dt, int64_t N, int64_t C, int reduction, bool weighted, int64_t ignore, int xl)
-{
+static void nll_case(tpu_dtype dt, int64_t N, int64_t C, int reduction, bool weighted, int64_t ignore, int xl) {
     snprintf(case_desc, sizeof case_desc, "nll %s N %lld C %lld reduction %d weight %d ignore %lld layout %d",
              tpu_dtype_name(dt), (long long)N, (long long)C, reduction, weighted, (long long)ignore, xl);
     bool two = N >= 0;
-    int64_t n = two ? N : 1, xs[2] = { N, C };
+    int64_t n = two ? N : 1, xs[2] = {N, C};
     hten x, tg, w, lf, lr, twf, twr;
-    if (two) hmk(&x, dt, 2, xs, xl);
-    else hmk1(&x, dt, C, xl);
+    if (two)
+        hmk(&x, dt, 2, xs, xl);
+    else
+        hmk1(&x, dt, C, xl);
     hfill(&x, -5, 0);
-    if (two) hmk1(&tg, TPU_I64, n, L_PAD);
-    else hmk(&tg, TPU_I64, 0, NULL, L_CONTIG);
+    if (two)
+        hmk1(&tg, TPU_I64, n, L_PAD);
+    else
+        hmk(&tg, TPU_I64, 0, NULL, L_CONTIG);
     hfill_int(&tg, C);
-    for (int64_t i = 0; i < n; i += 3) tpu_store_i64(hptr(&tg.t, i), TPU_I64, ignore);    /* some ignored */
+    for (int64_t i = 0; i < n; i += 3) tpu_store_i64(hptr(&tg.t, i), TPU_I64, ignore); /* some ignored */
     hmk1(&w, dt, C, L_CONTIG);
     hfill(&w, 0.1, 2);
     bool per_sample = reduction == 0 && two;
-    if (per_sample) hmk1(&lf, dt, n, L_PAD);
-    else hmk(&lf, dt, 0, NULL, L_CONTIG);
+    if (per_sample)
+        hmk1(&lf, dt, n, L_PAD);
+    else
+        hmk(&lf, dt, 0, NULL, L_CONTIG);
     hclone(&lr, &lf);
     hmk(&twf, dt, 0, NULL, L_CONTIG);
     hclone(&twr, &twf);
-    tpu_tensor ops[5] = { lf.t, twf.t, x.t, tg.t, w.t };
+    tpu_tensor ops[5] = {lf.t, twf.t, x.t, tg.t, w.t};
     tpu_params p;
     memset(&p, 0, sizeof p);
     p.i[0] = reduction;
@@ -356,24 +352,27 @@ static void nll_case(tpu_dtype dt, int64_t N, int64_t C, int reduction, bool wei
 
     /* backward */
     hten gf, gr, go;
-    if (two) hmk(&gf, dt, 2, xs, xl ^ L_PERM);
-    else hmk1(&gf, dt, C, L_PAD);
+    if (two)
+        hmk(&gf, dt, 2, xs, xl ^ L_PERM);
+    else
+        hmk1(&gf, dt, C, L_PAD);
     hclone(&gr, &gf);
-    if (per_sample) hmk1(&go, dt, n, L_PAD);
-    else hmk(&go, dt, 0, NULL, L_CONTIG);
+    if (per_sample)
+        hmk1(&go, dt, n, L_PAD);
+    else
+        hmk(&go, dt, 0, NULL, L_CONTIG);
     hfill(&go, -1, 1);
-    tpu_tensor bops[5] = { gf.t, go.t, tg.t, twr.t, w.t };
+    tpu_tensor bops[5] = {gf.t, go.t, tg.t, twr.t, w.t};
     run(false, TPU_OP_NLL_LOSS_BWD, bops, nops, &p, NULL);
     bops[0] = gr.t;
     run(true, TPU_OP_NLL_LOSS_BWD, bops, nops, &p, NULL);
     hcmp("nll grad_x", &gf, &gr, tol(dt), tol(dt) * 1e-2);
-    hten *all[] = { &x, &tg, &w, &lf, &lr, &twf, &twr, &gf, &gr, &go };
+    hten *all[] = {&x, &tg, &w, &lf, &lr, &twf, &twr, &gf, &gr, &go};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) hfree(all[i]);
 }
 
-static void test_nll_vs_ref(void)
-{
-    static const int64_t Ns[] = { -1, 0, 1, 7, 13 }, Cs[] = { 1, 5, 11 };
+static void test_nll_vs_ref(void) {
+    static const int64_t Ns[] = {-1, 0, 1, 7, 13}, Cs[] = {1, 5, 11};
     for (int di = 0; di < NFLOAT; di++)
         for (size_t ni = 0; ni < sizeof Ns / sizeof Ns[0]; ni++)
             for (size_t ci = 0; ci < sizeof Cs / sizeof Cs[0]; ci++)
@@ -385,20 +384,22 @@ static void test_nll_vs_ref(void)
 }
 
 /* loss of x = [[-1,-2],[-3,-4]] with targets t; returns (loss, total_weight) */
-static void nll_hand(int reduction, const int64_t *t, const double *w, double *loss, double *tw, double *grad)
-{
-    int64_t xs[2] = { 2, 2 };
+static void nll_hand(int reduction, const int64_t *t, const double *w, double *loss, double *tw, double *grad) {
+    int64_t xs[2] = {2, 2};
     hten x, tg, wt, l, twt, g, go;
     hmk(&x, TPU_F32, 2, xs, L_CONTIG);
     for (int i = 0; i < 4; i++) hset(&x, i, -(i + 1.0));
     hmk1(&tg, TPU_I64, 2, L_CONTIG);
     for (int i = 0; i < 2; i++) tpu_store_i64(hptr(&tg.t, i), TPU_I64, t[i]);
     hmk1(&wt, TPU_F32, 2, L_CONTIG);
-    if (w) for (int i = 0; i < 2; i++) hset(&wt, i, w[i]);
-    if (reduction == 0) hmk1(&l, TPU_F32, 2, L_CONTIG);
-    else hmk(&l, TPU_F32, 0, NULL, L_CONTIG);
+    if (w)
+        for (int i = 0; i < 2; i++) hset(&wt, i, w[i]);
+    if (reduction == 0)
+        hmk1(&l, TPU_F32, 2, L_CONTIG);
+    else
+        hmk(&l, TPU_F32, 0, NULL, L_CONTIG);
     hmk(&twt, TPU_F32, 0, NULL, L_CONTIG);
-    tpu_tensor ops[5] = { l.t, twt.t, x.t, tg.t, wt.t };
+    tpu_tensor ops[5] = {l.t, twt.t, x.t, tg.t, wt.t};
     tpu_params p;
     memset(&p, 0, sizeof p);
     p.i[0] = reduction;
@@ -408,56 +409,56 @@ static void nll_hand(int reduction, const int64_t *t, const double *w, double *l
     if (reduction == 0) loss[1] = hget(&l, 1);
     *tw = hget(&twt, 0);
     hmk(&g, TPU_F32, 2, xs, L_CONTIG);
-    memset(g.t.base, 0x7f, g.bytes);                   /* must be fully overwritten */
-    if (reduction == 0) hmk1(&go, TPU_F32, 2, L_CONTIG);
-    else hmk(&go, TPU_F32, 0, NULL, L_CONTIG);
+    memset(g.t.base, 0x7f, g.bytes); /* must be fully overwritten */
+    if (reduction == 0)
+        hmk1(&go, TPU_F32, 2, L_CONTIG);
+    else
+        hmk(&go, TPU_F32, 0, NULL, L_CONTIG);
     for (int64_t i = 0; i < hnumel(&go.t); i++) hset(&go, i, 1.0);
-    tpu_tensor bops[5] = { g.t, go.t, tg.t, twt.t, wt.t };
+    tpu_tensor bops[5] = {g.t, go.t, tg.t, twt.t, wt.t};
     run(false, TPU_OP_NLL_LOSS_BWD, bops, w ? 5 : 4, &p, NULL);
     for (int i = 0; i < 4; i++) grad[i] = hget(&g, i);
-    hten *all[] = { &x, &tg, &wt, &l, &twt, &g, &go };
+    hten *all[] = {&x, &tg, &wt, &l, &twt, &g, &go};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) hfree(all[i]);
 }
 
-static void test_nll_hand(void)
-{
+static void test_nll_hand(void) {
     snprintf(case_desc, sizeof case_desc, "nll hand values");
     double loss[2], tw, g[4];
-    int64_t t01[2] = { 0, 1 }, ign[2] = { -100, -100 }, t1i[2] = { -100, 1 };
-    double w[2] = { 1, 3 };
-    nll_hand(1, t01, NULL, loss, &tw, g);              /* (1 + 4)/2 */
+    int64_t t01[2] = {0, 1}, ign[2] = {-100, -100}, t1i[2] = {-100, 1};
+    double w[2] = {1, 3};
+    nll_hand(1, t01, NULL, loss, &tw, g); /* (1 + 4)/2 */
     CHECK(loss[0] == 2.5 && tw == 2);
     CHECK(g[0] == -0.5 && g[1] == 0 && g[2] == 0 && g[3] == -0.5);
-    nll_hand(1, t01, w, loss, &tw, g);                 /* (1*1 + 3*4)/(1 + 3) */
+    nll_hand(1, t01, w, loss, &tw, g); /* (1*1 + 3*4)/(1 + 3) */
     CHECK(loss[0] == 3.25 && tw == 4);
     CHECK(g[0] == -0.25 && g[3] == -0.75 && g[1] == 0 && g[2] == 0);
     nll_hand(2, t01, w, loss, &tw, g);
     CHECK(loss[0] == 13 && tw == 4 && g[0] == -1 && g[3] == -3);
-    nll_hand(0, t1i, w, loss, &tw, g);                 /* none: per sample, total_weight 0 */
+    nll_hand(0, t1i, w, loss, &tw, g); /* none: per sample, total_weight 0 */
     CHECK(loss[0] == 0 && loss[1] == 12 && tw == 0);
     CHECK(g[0] == 0 && g[1] == 0 && g[2] == 0 && g[3] == -3);
-    nll_hand(1, ign, NULL, loss, &tw, g);              /* all ignored: NaN, like PyTorch */
+    nll_hand(1, ign, NULL, loss, &tw, g); /* all ignored: NaN, like PyTorch */
     CHECK(isnan(loss[0]) && tw == 0);
     CHECK(g[0] == 0 && g[1] == 0 && g[2] == 0 && g[3] == 0);
 }
 
-static void test_nll_errors(void)
-{
-    static const int64_t bad[] = { 5, -1, 100 };
+static void test_nll_errors(void) {
+    static const int64_t bad[] = {5, -1, 100};
     for (size_t bi = 0; bi < sizeof bad / sizeof bad[0]; bi++)
         for (int ref = 0; ref < 2; ref++) {
             snprintf(case_desc, sizeof case_desc, "nll target %lld %s", (long long)bad[bi], ref ? "ref" : "fast");
-            int64_t xs[2] = { 3, 5 };
+            int64_t xs[2] = {3, 5};
             hten x, tg, l, l0, twt, g, g0, go;
             hmk(&x, TPU_F32, 2, xs, L_CONTIG);
             hfill(&x, -3, 0);
             hmk1(&tg, TPU_I64, 3, L_CONTIG);
-            int64_t tv[3] = { 1, bad[bi], 2 };
+            int64_t tv[3] = {1, bad[bi], 2};
             for (int i = 0; i < 3; i++) tpu_store_i64(hptr(&tg.t, i), TPU_I64, tv[i]);
             hmk(&l, TPU_F32, 0, NULL, L_CONTIG);
             hmk(&twt, TPU_F32, 0, NULL, L_CONTIG);
             hclone(&l0, &l);
-            tpu_tensor ops[4] = { l.t, twt.t, x.t, tg.t };
+            tpu_tensor ops[4] = {l.t, twt.t, x.t, tg.t};
             tpu_params p;
             memset(&p, 0, sizeof p);
             p.i[0] = 1;
@@ -472,12 +473,12 @@ static void test_nll_errors(void)
             hmk(&go, TPU_F32, 0, NULL, L_CONTIG);
             hset(&go, 0, 1);
             hset(&twt, 0, 2);
-            tpu_tensor bops[4] = { g.t, go.t, tg.t, twt.t };
+            tpu_tensor bops[4] = {g.t, go.t, tg.t, twt.t};
             err[0] = 0;
             CHECK(run(ref, TPU_OP_NLL_LOSS_BWD, bops, 4, &p, err) == TPU_ERROR_KERNEL);
             CHECK_MSG(strcmp(err, want) == 0, "message '%s'", err);
             CHECK(memcmp(g.mem, g0.mem, g.bytes + 2 * GUARD) == 0);
-            hten *all[] = { &x, &tg, &l, &l0, &twt, &g, &g0, &go };
+            hten *all[] = {&x, &tg, &l, &l0, &twt, &g, &g0, &go};
             for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) hfree(all[i]);
         }
 }
@@ -486,8 +487,7 @@ static void test_nll_errors(void)
 
 /* ndim/sizes of x; M normalized elements; rows the number of rows */
 static void ln_case(tpu_dtype dt, int ndim, const int64_t *sizes, int64_t M, int64_t rows, int xl, int yl, bool hw,
-                    bool hb)
-{
+                    bool hb) {
     snprintf(case_desc, sizeof case_desc, "layer_norm %s ndim %d M %lld x-layout %d y-layout %d w %d b %d",
              tpu_dtype_name(dt), ndim, (long long)M, xl, yl, hw, hb);
     hten x, w, b, yf, yr, mf, mr, rf, rr;
@@ -503,7 +503,7 @@ static void ln_case(tpu_dtype dt, int ndim, const int64_t *sizes, int64_t M, int
     hclone(&mr, &mf);
     hmk1(&rf, dt, rows, L_CONTIG);
     hclone(&rr, &rf);
-    tpu_tensor ops[6] = { yf.t, mf.t, rf.t, x.t };
+    tpu_tensor ops[6] = {yf.t, mf.t, rf.t, x.t};
     int n = 4;
     if (hw) ops[n++] = w.t;
     if (hb) ops[n++] = b.t;
@@ -524,7 +524,7 @@ static void ln_case(tpu_dtype dt, int ndim, const int64_t *sizes, int64_t M, int
     hcmp("layer_norm rstd", &rf, &rr, e, e);
 
     /* backward, with each set of requested outputs */
-    for (int want = 0; want < 3; want++) {           /* 0 all, 1 dx only, 2 dw/db only */
+    for (int want = 0; want < 3; want++) { /* 0 all, 1 dx only, 2 dw/db only */
         hten g, dxf, dxr, dwf, dwr, dbf, dbr;
         hmk(&g, dt, ndim, sizes, yl);
         hfill(&g, -1, 1);
@@ -535,8 +535,8 @@ static void ln_case(tpu_dtype dt, int ndim, const int64_t *sizes, int64_t M, int
         hmk1(&dbf, dt, M, L_CONTIG);
         hclone(&dbr, &dbf);
         tpu_tensor none = tpu_tensor_scalar_f(0, dt);
-        tpu_tensor bops[8] = { want == 2 ? none : dxf.t, want == 1 ? none : dwf.t, want == 1 ? none : dbf.t,
-                               g.t, x.t, mr.t, rr.t, w.t };
+        tpu_tensor bops[8] = {
+            want == 2 ? none : dxf.t, want == 1 ? none : dwf.t, want == 1 ? none : dbf.t, g.t, x.t, mr.t, rr.t, w.t};
         int bn = hw ? 8 : 7;
         run(false, TPU_OP_LAYER_NORM_BWD, bops, bn, &p, NULL);
         if (want != 2) bops[0] = dxr.t;
@@ -548,19 +548,22 @@ static void ln_case(tpu_dtype dt, int ndim, const int64_t *sizes, int64_t M, int
         hcmp("layer_norm_backward dx", &dxf, &dxr, e, e);
         hcmp("layer_norm_backward dw", &dwf, &dwr, e, e);
         hcmp("layer_norm_backward db", &dbf, &dbr, e, e);
-        hten *all[] = { &g, &dxf, &dxr, &dwf, &dwr, &dbf, &dbr };
+        hten *all[] = {&g, &dxf, &dxr, &dwf, &dwr, &dbf, &dbr};
         for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) hfree(all[i]);
     }
-    hten *all[] = { &x, &w, &b, &yf, &yr, &mf, &mr, &rf, &rr };
+    hten *all[] = {&x, &w, &b, &yf, &yr, &mf, &mr, &rf, &rr};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) hfree(all[i]);
 }
 
-static void test_layer_norm_vs_ref(void)
-{
-    static const struct { int ndim; int64_t sizes[3]; int64_t M, rows; } cases[] = {
-        { 3, { 3, 5, 7 }, 7, 15 }, { 3, { 3, 5, 7 }, 35, 3 }, { 3, { 3, 5, 7 }, 105, 1 },
-        { 2, { 11, 13 }, 13, 11 }, { 2, { 3, 1031 }, 1031, 3 }, { 1, { 5 }, 1, 5 },
-        { 2, { 0, 7 }, 7, 0 }, { 2, { 4, 0 }, 0, 4 }, { 3, { 2, 1, 9 }, 9, 2 },
+static void test_layer_norm_vs_ref(void) {
+    static const struct {
+        int ndim;
+        int64_t sizes[3];
+        int64_t M, rows;
+    } cases[] = {
+        {3, {3, 5, 7}, 7, 15}, {3, {3, 5, 7}, 35, 3},   {3, {3, 5, 7}, 105, 1},
+        {2, {11, 13}, 13, 11}, {2, {3, 1031}, 1031, 3}, {1, {5}, 1, 5},
+        {2, {0, 7}, 7, 0},     {2, {4, 0}, 0, 4},       {3, {2, 1, 9}, 9, 2},
     };
     for (int di = 0; di < NFLOAT; di++)
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
@@ -570,8 +573,7 @@ static void test_layer_norm_vs_ref(void)
                             xl == 2 ? L_PAD : xl, (xl + wb) % 2 ? L_PAD : L_CONTIG, wb & 1, wb & 2);
 }
 
-static void test_layer_norm_hand(void)
-{
+static void test_layer_norm_hand(void) {
     snprintf(case_desc, sizeof case_desc, "layer_norm hand values");
     int64_t s = 4;
     hten x, y, m, r;
@@ -580,40 +582,41 @@ static void test_layer_norm_hand(void)
     hmk1(&m, TPU_F32, 1, L_CONTIG);
     hmk1(&r, TPU_F32, 1, L_CONTIG);
     for (int i = 0; i < 4; i++) hset(&x, i, i + 1.0);
-    tpu_tensor ops[4] = { y.t, m.t, r.t, x.t };
+    tpu_tensor ops[4] = {y.t, m.t, r.t, x.t};
     tpu_params p;
     memset(&p, 0, sizeof p);
-    p.i[0] = 4;                                        /* eps 0: var 1.25 */
+    p.i[0] = 4; /* eps 0: var 1.25 */
     run(false, TPU_OP_LAYER_NORM, ops, 4, &p, NULL);
     double rstd = 1 / sqrt(1.25);
     CHECK(fabs(hget(&m, 0) - 2.5) < 1e-6 && fabs(hget(&r, 0) - rstd) < 1e-6);
     for (int i = 0; i < 4; i++) CHECK(fabs(hget(&y, i) - (i + 1 - 2.5) * rstd) < 1e-6);
-    hten *all[] = { &x, &y, &m, &r };
+    hten *all[] = {&x, &y, &m, &r};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) hfree(all[i]);
 }
 
 /* ================= index ops ================= */
 
-static const tpu_dtype index_dtypes[] = { TPU_F32, TPU_F64, TPU_BF16, TPU_F16, TPU_I64, TPU_I32 };
+static const tpu_dtype index_dtypes[] = {TPU_F32, TPU_F64, TPU_BF16, TPU_F16, TPU_I64, TPU_I32};
 #define NINDEX_DT 6
 
-static void fill_any(hten *h)
-{
-    if (tpu_dtype_is_float((tpu_dtype)h->t.dtype)) hfill(h, -4, 4);
-    else hfill_int(h, 100);
+static void fill_any(hten *h) {
+    if (tpu_dtype_is_float((tpu_dtype)h->t.dtype))
+        hfill(h, -4, 4);
+    else
+        hfill_int(h, 100);
 }
 
 /* index 1-d of length K (K < 0: 0-dim), values in [0, lim) */
-static void mk_index1(hten *ix, tpu_dtype idt, int64_t K, int64_t lim)
-{
-    if (K < 0) hmk(ix, idt, 0, NULL, L_CONTIG);
-    else hmk1(ix, idt, K, K % 2 ? L_PAD : L_CONTIG);
+static void mk_index1(hten *ix, tpu_dtype idt, int64_t K, int64_t lim) {
+    if (K < 0)
+        hmk(ix, idt, 0, NULL, L_CONTIG);
+    else
+        hmk1(ix, idt, K, K % 2 ? L_PAD : L_CONTIG);
     for (int64_t i = 0; i < hnumel(&ix->t); i++)
-        tpu_store_i64(hptr(&ix->t, i), idt, i == 1 ? tpu_load_i64(hptr(&ix->t, 0), idt) : irand(lim));  /* a duplicate */
+        tpu_store_i64(hptr(&ix->t, i), idt, i == 1 ? tpu_load_i64(hptr(&ix->t, 0), idt) : irand(lim)); /* a duplicate */
 }
 
-static void select_case(tpu_dtype dt, tpu_dtype idt, int ndim, const int64_t *xs, int dim, int64_t K, int xl, int ol)
-{
+static void select_case(tpu_dtype dt, tpu_dtype idt, int ndim, const int64_t *xs, int dim, int64_t K, int xl, int ol) {
     snprintf(case_desc, sizeof case_desc, "index_select %s index %s ndim %d dim %d K %lld x-layout %d out-layout %d",
              tpu_dtype_name(dt), tpu_dtype_name(idt), ndim, dim, (long long)K, xl, ol);
     int64_t os[TPU_MAX_DIMS];
@@ -625,7 +628,7 @@ static void select_case(tpu_dtype dt, tpu_dtype idt, int ndim, const int64_t *xs
     mk_index1(&ix, idt, K, ndim ? xs[dim] : 1);
     hmk(&of, dt, ndim, os, ol);
     hclone(&orf, &of);
-    tpu_tensor ops[3] = { of.t, x.t, ix.t };
+    tpu_tensor ops[3] = {of.t, x.t, ix.t};
     tpu_params p;
     memset(&p, 0, sizeof p);
     p.i[0] = dim;
@@ -641,12 +644,11 @@ static void select_case(tpu_dtype dt, tpu_dtype idt, int ndim, const int64_t *xs
 
 /* gather (scatter=false) or scatter_add: index shape is, per dim, is[d] */
 static void gather_scatter_case(bool scatter, tpu_dtype dt, int ndim, const int64_t *xs, const int64_t *is, int dim,
-                                int xl, int il)
-{
+                                int xl, int il) {
     snprintf(case_desc, sizeof case_desc, "%s %s ndim %d dim %d x-layout %d index-layout %d",
              scatter ? "scatter_add" : "gather", tpu_dtype_name(dt), ndim, dim, xl, il);
     hten x, ix, of, orf, src;
-    hmk(&x, dt, ndim, xs, xl);                       /* gather input, or the scatter_add output */
+    hmk(&x, dt, ndim, xs, xl); /* gather input, or the scatter_add output */
     fill_any(&x);
     hmk(&ix, TPU_I64, ndim, is, il);
     hfill_int(&ix, ndim ? xs[dim] : 1);
@@ -656,7 +658,7 @@ static void gather_scatter_case(bool scatter, tpu_dtype dt, int ndim, const int6
     if (!scatter) {
         hmk(&of, dt, ndim, is, xl ^ L_PERM);
         hclone(&orf, &of);
-        tpu_tensor ops[3] = { of.t, x.t, ix.t };
+        tpu_tensor ops[3] = {of.t, x.t, ix.t};
         run(false, TPU_OP_GATHER, ops, 3, &p, NULL);
         ops[0] = orf.t;
         run(true, TPU_OP_GATHER, ops, 3, &p, NULL);
@@ -668,7 +670,7 @@ static void gather_scatter_case(bool scatter, tpu_dtype dt, int ndim, const int6
         fill_any(&src);
         hclone(&of, &x);
         hclone(&orf, &x);
-        tpu_tensor ops[3] = { of.t, ix.t, src.t };
+        tpu_tensor ops[3] = {of.t, ix.t, src.t};
         run(false, TPU_OP_SCATTER_ADD, ops, 3, &p, NULL);
         ops[0] = orf.t;
         run(true, TPU_OP_SCATTER_ADD, ops, 3, &p, NULL);
@@ -682,8 +684,7 @@ static void gather_scatter_case(bool scatter, tpu_dtype dt, int ndim, const int6
 }
 
 static void index_add_case(tpu_dtype dt, tpu_dtype idt, int ndim, const int64_t *os, int dim, int64_t K, double alpha,
-                           int ol, int sl)
-{
+                           int ol, int sl) {
     snprintf(case_desc, sizeof case_desc, "index_add %s index %s ndim %d dim %d K %lld alpha %g layouts %d %d",
              tpu_dtype_name(dt), tpu_dtype_name(idt), ndim, dim, (long long)K, alpha, ol, sl);
     int64_t ss[TPU_MAX_DIMS];
@@ -696,7 +697,7 @@ static void index_add_case(tpu_dtype dt, tpu_dtype idt, int ndim, const int64_t 
     mk_index1(&ix, idt, K, ndim ? os[dim] : 1);
     hmk(&src, dt, ndim, ss, sl);
     fill_any(&src);
-    tpu_tensor ops[3] = { of.t, ix.t, src.t };
+    tpu_tensor ops[3] = {of.t, ix.t, src.t};
     tpu_params p;
     memset(&p, 0, sizeof p);
     p.i[0] = dim;
@@ -711,12 +712,14 @@ static void index_add_case(tpu_dtype dt, tpu_dtype idt, int ndim, const int64_t 
     hfree(&src);
 }
 
-static void test_index_vs_ref(void)
-{
-    static const struct { int ndim; int64_t sizes[3]; } shapes[] = {
-        { 0, { 0 } }, { 1, { 7 } }, { 3, { 5, 7, 3 } }, { 2, { 11, 131 } }, { 2, { 0, 3 } },
+static void test_index_vs_ref(void) {
+    static const struct {
+        int ndim;
+        int64_t sizes[3];
+    } shapes[] = {
+        {0, {0}}, {1, {7}}, {3, {5, 7, 3}}, {2, {11, 131}}, {2, {0, 3}},
     };
-    static const int64_t Ks[] = { -1, 0, 1, 4, 9 };
+    static const int64_t Ks[] = {-1, 0, 1, 4, 9};
     for (int di = 0; di < NINDEX_DT; di++)
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
             for (int dim = 0; dim < (shapes[s].ndim ? shapes[s].ndim : 1); dim++)
@@ -729,8 +732,7 @@ static void test_index_vs_ref(void)
                         tpu_dtype idt = (ki + (size_t)lay) % 2 ? TPU_I32 : TPU_I64;
                         select_case(index_dtypes[di], idt, nd, xs, dim, Ks[ki], lay, 3 - lay);
                         if (!tpu_dtype_is_float(index_dtypes[di]) && index_dtypes[di] != TPU_I64) continue;
-                        index_add_case(index_dtypes[di], idt, nd, xs, dim, Ks[ki], lay == 1 ? 0.5 : 1.0, lay,
-                                       3 - lay);
+                        index_add_case(index_dtypes[di], idt, nd, xs, dim, Ks[ki], lay == 1 ? 0.5 : 1.0, lay, 3 - lay);
                     }
                     /* index shapes: smaller than x off dim, any size along dim */
                     int64_t is[TPU_MAX_DIMS];
@@ -747,19 +749,18 @@ static void test_index_vs_ref(void)
                     }
                 }
     /* the embedding shapes: forward select rows, backward index_add rows */
-    int64_t V[2] = { 11, 131 };
+    int64_t V[2] = {11, 131};
     select_case(TPU_F32, TPU_I64, 2, V, 0, 17, L_CONTIG, L_CONTIG);
     index_add_case(TPU_F32, TPU_I64, 2, V, 0, 17, 1.0, L_CONTIG, L_CONTIG);
     index_add_case(TPU_BF16, TPU_I64, 2, V, 0, 17, 1.0, L_CONTIG, L_CONTIG);
-    int64_t big[2] = { 7, 5003 };                      /* several inner blocks */
+    int64_t big[2] = {7, 5003}; /* several inner blocks */
     index_add_case(TPU_F32, TPU_I64, 2, big, 0, 9, -2.0, L_PAD, L_CONTIG);
     select_case(TPU_F32, TPU_I32, 2, big, 0, 9, L_PAD, L_CONTIG);
 }
 
-static void test_index_hand(void)
-{
+static void test_index_hand(void) {
     snprintf(case_desc, sizeof case_desc, "index hand values");
-    int64_t xs[2] = { 3, 2 }, os[2] = { 3, 2 }, s22[2] = { 2, 2 };
+    int64_t xs[2] = {3, 2}, os[2] = {3, 2}, s22[2] = {2, 2};
     hten x, ix, o;
     tpu_params p;
     memset(&p, 0, sizeof p);
@@ -767,12 +768,12 @@ static void test_index_hand(void)
     hmk(&x, TPU_F32, 2, xs, L_CONTIG);
     for (int i = 0; i < 6; i++) hset(&x, i, i + 1);
     hmk1(&ix, TPU_I64, 3, L_CONTIG);
-    int64_t iv[3] = { 2, 0, 2 };
+    int64_t iv[3] = {2, 0, 2};
     for (int i = 0; i < 3; i++) tpu_store_i64(hptr(&ix.t, i), TPU_I64, iv[i]);
     hmk(&o, TPU_F32, 2, os, L_CONTIG);
-    tpu_tensor ops[3] = { o.t, x.t, ix.t };
+    tpu_tensor ops[3] = {o.t, x.t, ix.t};
     run(false, TPU_OP_INDEX_SELECT, ops, 3, &p, NULL);
-    double want_sel[6] = { 5, 6, 1, 2, 5, 6 };
+    double want_sel[6] = {5, 6, 1, 2, 5, 6};
     for (int i = 0; i < 6; i++) CHECK(hget(&o, i) == want_sel[i]);
     hfree(&x);
     hfree(&o);
@@ -781,12 +782,12 @@ static void test_index_hand(void)
     hmk1(&o, TPU_F32, 3, L_CONTIG);
     for (int i = 0; i < 3; i++) hset(&o, i, 0);
     hmk1(&ix, TPU_I64, 3, L_CONTIG);
-    int64_t av[3] = { 0, 0, 2 };
+    int64_t av[3] = {0, 0, 2};
     for (int i = 0; i < 3; i++) tpu_store_i64(hptr(&ix.t, i), TPU_I64, av[i]);
     hmk1(&x, TPU_F32, 3, L_CONTIG);
     for (int i = 0; i < 3; i++) hset(&x, i, i + 1);
     p.f[0] = 2;
-    tpu_tensor aops[3] = { o.t, ix.t, x.t };
+    tpu_tensor aops[3] = {o.t, ix.t, x.t};
     run(false, TPU_OP_INDEX_ADD, aops, 3, &p, NULL);
     CHECK(hget(&o, 0) == 6 && hget(&o, 1) == 0 && hget(&o, 2) == 6);
     hfree(&x);
@@ -798,17 +799,17 @@ static void test_index_hand(void)
     hmk(&o, TPU_F32, 2, s22, L_CONTIG);
     hmk(&ix, TPU_I64, 2, s22, L_CONTIG);
     hmk(&x, TPU_F32, 2, s22, L_CONTIG);
-    int64_t gv[4] = { 0, 0, 1, 0 };
+    int64_t gv[4] = {0, 0, 1, 0};
     for (int i = 0; i < 4; i++) {
         hset(&o, i, 0);
         hset(&x, i, i + 1);
         tpu_store_i64(hptr(&ix.t, i), TPU_I64, gv[i]);
     }
-    tpu_tensor sops[3] = { o.t, ix.t, x.t };
+    tpu_tensor sops[3] = {o.t, ix.t, x.t};
     run(false, TPU_OP_SCATTER_ADD, sops, 3, &p, NULL);
-    double want_sc[4] = { 3, 0, 4, 3 }, want_g[4] = { 1, 1, 4, 3 };
+    double want_sc[4] = {3, 0, 4, 3}, want_g[4] = {1, 1, 4, 3};
     for (int i = 0; i < 4; i++) CHECK(hget(&o, i) == want_sc[i]);
-    tpu_tensor gops[3] = { o.t, x.t, ix.t };
+    tpu_tensor gops[3] = {o.t, x.t, ix.t};
     run(false, TPU_OP_GATHER, gops, 3, &p, NULL);
     for (int i = 0; i < 4; i++) CHECK(hget(&o, i) == want_g[i]);
     hfree(&x);
@@ -817,40 +818,43 @@ static void test_index_hand(void)
 }
 
 /* One bad index value in each op; the output must be left untouched. */
-static void test_index_errors(void)
-{
-    int64_t s[2] = { 5, 3 };
-    static const int64_t bad[] = { 5, -1 };
+static void test_index_errors(void) {
+    int64_t s[2] = {5, 3};
+    static const int64_t bad[] = {5, -1};
     for (int op = TPU_OP_INDEX_SELECT; op <= TPU_OP_INDEX_ADD; op++)
         for (size_t bi = 0; bi < 2; bi++)
             for (int ref = 0; ref < 2; ref++) {
-                snprintf(case_desc, sizeof case_desc, "%s index %lld %s", tpu_op_name((tpu_op)op),
-                         (long long)bad[bi], ref ? "ref" : "fast");
+                snprintf(case_desc, sizeof case_desc, "%s index %lld %s", tpu_op_name((tpu_op)op), (long long)bad[bi],
+                         ref ? "ref" : "fast");
                 bool one_d = op == TPU_OP_INDEX_SELECT || op == TPU_OP_INDEX_ADD;
                 hten x, ix, o, o0;
                 hmk(&x, TPU_F32, 2, s, L_CONTIG);
                 hfill(&x, -1, 1);
-                if (one_d) hmk1(&ix, TPU_I64, 3, L_CONTIG);
-                else hmk(&ix, TPU_I64, 2, s, L_CONTIG);
+                if (one_d)
+                    hmk1(&ix, TPU_I64, 3, L_CONTIG);
+                else
+                    hmk(&ix, TPU_I64, 2, s, L_CONTIG);
                 hfill_int(&ix, 5);
                 tpu_store_i64(hptr(&ix.t, 2), TPU_I64, bad[bi]);
-                int64_t os[2] = { 3, 3 };
+                int64_t os[2] = {3, 3};
                 hmk(&o, TPU_F32, 2, op == TPU_OP_INDEX_SELECT ? os : s, L_CONTIG);
                 hfill(&o, -1, 1);
                 hclone(&o0, &o);
-                tpu_tensor ops[3] = { o.t, x.t, ix.t };
+                tpu_tensor ops[3] = {o.t, x.t, ix.t};
                 if (op == TPU_OP_SCATTER_ADD || op == TPU_OP_INDEX_ADD) {
                     ops[1] = ix.t;
                     ops[2] = x.t;
-                    if (op == TPU_OP_INDEX_ADD) ops[2].sizes[0] = 3;     /* src [3, 3] */
+                    if (op == TPU_OP_INDEX_ADD) ops[2].sizes[0] = 3; /* src [3, 3] */
                 }
                 tpu_params p;
                 memset(&p, 0, sizeof p);
                 p.f[0] = 1;
                 char err[256], want[128];
-                if (op == TPU_OP_INDEX_SELECT) snprintf(want, sizeof want, "index out of range in self");
-                else snprintf(want, sizeof want, "index %lld is out of bounds for dimension 0 with size 5",
-                              (long long)bad[bi]);
+                if (op == TPU_OP_INDEX_SELECT)
+                    snprintf(want, sizeof want, "index out of range in self");
+                else
+                    snprintf(want, sizeof want, "index %lld is out of bounds for dimension 0 with size 5",
+                             (long long)bad[bi]);
                 CHECK(run(ref, (tpu_op)op, ops, 3, &p, err) == TPU_ERROR_KERNEL);
                 CHECK_MSG(strcmp(err, want) == 0, "message '%s'", err);
                 CHECK(memcmp(o.mem, o0.mem, o.bytes + 2 * GUARD) == 0);
@@ -863,8 +867,7 @@ static void test_index_errors(void)
 
 /* ================= AdamW ================= */
 
-static void adamw_params(tpu_params *p, double lr, double wd, int64_t step)
-{
+static void adamw_params(tpu_params *p, double lr, double wd, int64_t step) {
     memset(p, 0, sizeof *p);
     p->f[0] = lr;
     p->f[1] = 0.9;
@@ -874,10 +877,9 @@ static void adamw_params(tpu_params *p, double lr, double wd, int64_t step)
     p->i[0] = step;
 }
 
-static void adamw_case(tpu_dtype dt, int ndim, const int64_t *sizes, int layout, double wd, int steps)
-{
-    snprintf(case_desc, sizeof case_desc, "adamw %s ndim %d layout %d wd %g steps %d", tpu_dtype_name(dt), ndim,
-             layout, wd, steps);
+static void adamw_case(tpu_dtype dt, int ndim, const int64_t *sizes, int layout, double wd, int steps) {
+    snprintf(case_desc, sizeof case_desc, "adamw %s ndim %d layout %d wd %g steps %d", tpu_dtype_name(dt), ndim, layout,
+             wd, steps);
     hten pf, mf, vf, pr, mr, vr, g;
     hmk(&pf, dt, ndim, sizes, layout);
     hfill(&pf, -1, 1);
@@ -898,9 +900,9 @@ static void adamw_case(tpu_dtype dt, int ndim, const int64_t *sizes, int layout,
         hfill(&g, -1, 1);
         tpu_params p;
         adamw_params(&p, 1e-2, wd, s);
-        tpu_tensor ops[4] = { pf.t, mf.t, vf.t, g.t };
+        tpu_tensor ops[4] = {pf.t, mf.t, vf.t, g.t};
         run(false, TPU_OP_ADAMW_STEP, ops, 4, &p, NULL);
-        tpu_tensor rops[4] = { pr.t, mr.t, vr.t, g.t };
+        tpu_tensor rops[4] = {pr.t, mr.t, vr.t, g.t};
         run(true, TPU_OP_ADAMW_STEP, rops, 4, &p, NULL);
         double bc1 = 1 - pow(0.9, s), bc2 = 1 - pow(0.999, s);
         float decay = (float)(1 - 1e-2 * wd), w = (float)(1 - 0.9), b2 = 0.999f, omb2 = (float)(1 - 0.999);
@@ -931,13 +933,12 @@ static void adamw_case(tpu_dtype dt, int ndim, const int64_t *sizes, int layout,
     free(ep);
     free(em);
     free(ev);
-    hten *all[] = { &pf, &mf, &vf, &pr, &mr, &vr, &g };
+    hten *all[] = {&pf, &mf, &vf, &pr, &mr, &vr, &g};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) hfree(all[i]);
 }
 
-static void test_adamw(void)
-{
-    int64_t s1[1] = { 1031 }, s2[2] = { 5, 7 }, s0[1] = { 0 };
+static void test_adamw(void) {
+    int64_t s1[1] = {1031}, s2[2] = {5, 7}, s0[1] = {0};
     for (int di = 0; di < NFLOAT; di++)
         for (int wdi = 0; wdi < 2; wdi++) {
             double wd = wdi ? 0.01 : 0;
@@ -948,8 +949,7 @@ static void test_adamw(void)
         }
 }
 
-static void test_adamw_hand(void)
-{
+static void test_adamw_hand(void) {
     /* Adam's first step moves each parameter by lr against the gradient's sign. */
     snprintf(case_desc, sizeof case_desc, "adamw hand values");
     hten p, m, v, g;
@@ -967,12 +967,12 @@ static void test_adamw_hand(void)
     hset(&g, 0, 0.5);
     hset(&g, 1, -3);
     tpu_params prm;
-    adamw_params(&prm, 0.1, 0.5, 1);                  /* decay: p *= 1 - 0.05 */
-    tpu_tensor ops[4] = { p.t, m.t, v.t, g.t };
+    adamw_params(&prm, 0.1, 0.5, 1); /* decay: p *= 1 - 0.05 */
+    tpu_tensor ops[4] = {p.t, m.t, v.t, g.t};
     run(false, TPU_OP_ADAMW_STEP, ops, 4, &prm, NULL);
     CHECK(fabs(hget(&p, 0) - (0.95 - 0.1)) < 1e-6 && fabs(hget(&p, 1) - (0.95 + 0.1)) < 1e-6);
     CHECK(fabs(hget(&m, 0) - 0.05) < 1e-7 && fabs(hget(&v, 1) - 0.009) < 1e-8);
-    prm.i[1] = 1;                                      /* amsgrad */
+    prm.i[1] = 1; /* amsgrad */
     char err[256];
     CHECK(run(false, TPU_OP_ADAMW_STEP, ops, 4, &prm, err) == TPU_ERROR_NOT_SUPPORTED);
     hfree(&p);
@@ -991,20 +991,19 @@ enum { C_NONE, C_FULL, C_ROW, C_SCALAR };
  * layouts of A, B and out (and of a full C); L_PERM stores the dims reversed,
  * so A and B are transposed (and batch is the innermost dim). */
 static void gemm_case(tpu_dtype dt, int prec, int64_t nb, int64_t M, int64_t N, int64_t K, int la, int lb, int lo,
-                      int cmode)
-{
-    snprintf(case_desc, sizeof case_desc, "matmul %s prec %d %lldx(%lldx%lld @ %lldx%lld) layouts A %d B %d out %d C %d",
-             tpu_dtype_name(dt), prec, (long long)nb, (long long)M, (long long)K, (long long)K, (long long)N, la, lb,
-             lo, cmode);
+                      int cmode) {
+    snprintf(case_desc, sizeof case_desc,
+             "matmul %s prec %d %lldx(%lldx%lld @ %lldx%lld) layouts A %d B %d out %d C %d", tpu_dtype_name(dt), prec,
+             (long long)nb, (long long)M, (long long)K, (long long)K, (long long)N, la, lb, lo, cmode);
     hten A, B, C, of, orf;
-    int64_t sa[3] = { nb, M, K }, sb[3] = { nb, K, N }, so[3] = { nb, M, N }, srow[3] = { 1, 1, N };
+    int64_t sa[3] = {nb, M, K}, sb[3] = {nb, K, N}, so[3] = {nb, M, N}, srow[3] = {1, 1, N};
     hmk(&A, dt, 3, sa, la);
     hmk(&B, dt, 3, sb, lb);
     hmk(&of, dt, 3, so, lo);
     hfill(&A, -1, 1);
     hfill(&B, -1, 1);
     hclone(&orf, &of);
-    tpu_tensor ops[4] = { of.t, A.t, B.t };
+    tpu_tensor ops[4] = {of.t, A.t, B.t};
     memset(&C, 0, sizeof C);
     if (cmode == C_FULL || cmode == C_ROW) {
         hmk(&C, dt, 3, cmode == C_FULL ? so : srow, cmode == C_FULL ? lo : L_CONTIG);
@@ -1032,11 +1031,11 @@ static void gemm_case(tpu_dtype dt, int prec, int64_t nb, int64_t M, int64_t N, 
 
 /* Shapes around the units' tiles (AVX2 6x16, AVX-512 / portable 8x32, k
  * blocks of 256, pairs of k for bf16) and the task split. */
-static void test_matmul_vs_ref(void)
-{
-    static const int64_t shapes[][3] = {       /* M, N, K */
-        { 1, 1, 1 }, { 7, 1, 13 }, { 1, 19, 5 }, { 13, 17, 1 }, { 6, 16, 256 }, { 8, 32, 257 }, { 37, 41, 53 },
-        { 5, 7, 0 }, { 0, 7, 3 }, { 4, 0, 3 }, { 67, 100, 301 }, { 97, 35, 513 }, { 71, 531, 9 }, { 131, 20, 600 },
+static void test_matmul_vs_ref(void) {
+    static const int64_t shapes[][3] = {
+        /* M, N, K */
+        {1, 1, 1}, {7, 1, 13}, {1, 19, 5}, {13, 17, 1},    {6, 16, 256},  {8, 32, 257}, {37, 41, 53},
+        {5, 7, 0}, {0, 7, 3},  {4, 0, 3},  {67, 100, 301}, {97, 35, 513}, {71, 531, 9}, {131, 20, 600},
     };
     const int ns = (int)(sizeof shapes / sizeof shapes[0]);
     for (int di = 0; di < NFLOAT; di++)
@@ -1058,19 +1057,18 @@ static void test_matmul_vs_ref(void)
 
 /* A product with a known answer: ones(M, K) @ (k+1 in column j) = K(K+1)/2,
  * exact in every dtype's accumulator at these sizes. */
-static void test_matmul_hand(void)
-{
+static void test_matmul_hand(void) {
     for (int di = 0; di < NFLOAT; di++) {
         tpu_dtype dt = float_dtypes[di];
         int64_t M = 9, N = 35, K = 31;
         snprintf(case_desc, sizeof case_desc, "matmul hand %s", tpu_dtype_name(dt));
         hten A, B, o;
-        hmk(&A, dt, 3, (int64_t[]){ 1, M, K }, L_CONTIG);
-        hmk(&B, dt, 3, (int64_t[]){ 1, K, N }, L_PERM);
-        hmk(&o, dt, 3, (int64_t[]){ 1, M, N }, L_PAD);
+        hmk(&A, dt, 3, (int64_t[]){1, M, K}, L_CONTIG);
+        hmk(&B, dt, 3, (int64_t[]){1, K, N}, L_PERM);
+        hmk(&o, dt, 3, (int64_t[]){1, M, N}, L_PAD);
         for (int64_t i = 0; i < M * K; i++) hset(&A, i, 1.0);
         for (int64_t i = 0; i < K * N; i++) hset(&B, i, (double)(i / N + 1));
-        tpu_tensor ops[3] = { o.t, A.t, B.t };
+        tpu_tensor ops[3] = {o.t, A.t, B.t};
         tpu_params p = TPU_PARAMS(MATMUL, .alpha = 2.0, .beta = 0.0, .precision = dt == TPU_F32 ? 2 : 0);
         if (run(false, TPU_OP_MATMUL, ops, 3, &p, NULL) == TPU_OK) {
             for (int64_t i = 0; i < M * N; i++)
@@ -1089,16 +1087,19 @@ static void test_matmul_hand(void)
 
 /* The unit this host should run, then every matmul test again on the
  * portable C unit (TPU_MXU=portable), then back. */
-static void test_matmul_units(void)
-{
+static void test_matmul_units(void) {
     unsigned f = tpu_cpu_features();
     bool forced = tpu_config_get(NULL)->mxu_portable;
-    const char *want32 = forced ? "portable" : (f & TPU_CPU_AVX512BF16) ? "AVX512" :
-                         ((f & TPU_CPU_AVX2) && (f & TPU_CPU_FMA)) ? "AVX2-FMA" : "portable";
+    const char *want32 = forced                                      ? "portable"
+                         : (f & TPU_CPU_AVX512BF16)                  ? "AVX512"
+                         : ((f & TPU_CPU_AVX2) && (f & TPU_CPU_FMA)) ? "AVX2-FMA"
+                                                                     : "portable";
     const char *want16 = strcmp(want32, "AVX512") == 0 ? "AVX512-BF16" : want32;
     printf("  matrix unit: fp32 %s, bf16 %s\n", tpu_gemm_unit_name(false), tpu_gemm_unit_name(true));
-    CHECK_MSG(strcmp(tpu_gemm_unit_name(false), want32) == 0, "fp32 unit %s, expected %s", tpu_gemm_unit_name(false), want32);
-    CHECK_MSG(strcmp(tpu_gemm_unit_name(true), want16) == 0, "bf16 unit %s, expected %s", tpu_gemm_unit_name(true), want16);
+    CHECK_MSG(strcmp(tpu_gemm_unit_name(false), want32) == 0, "fp32 unit %s, expected %s", tpu_gemm_unit_name(false),
+              want32);
+    CHECK_MSG(strcmp(tpu_gemm_unit_name(true), want16) == 0, "bf16 unit %s, expected %s", tpu_gemm_unit_name(true),
+              want16);
     tpu_pool_register(true);
     CHECK(strcmp(tpu_gemm_unit_name(false), "portable") == 0 && strcmp(tpu_gemm_unit_name(true), "portable") == 0);
     test_matmul_hand();
@@ -1108,9 +1109,8 @@ static void test_matmul_units(void)
 }
 
 /* Sizes big enough to be split across the compute workers. */
-static void test_parallel_sizes(void)
-{
-    int64_t rows[2] = { 67, 1031 }, wide[2] = { 3, 20011 };
+static void test_parallel_sizes(void) {
+    int64_t rows[2] = {67, 1031}, wide[2] = {3, 20011};
     for (int di = 0; di < NFLOAT; di++) {
         softmax_case(TPU_OP_SOFTMAX, float_dtypes[di], 2, rows, 1, L_CONTIG, L_CONTIG);
         softmax_case(TPU_OP_LOG_SOFTMAX_BWD, float_dtypes[di], 2, rows, 1, L_CONTIG, L_CONTIG);
@@ -1119,7 +1119,7 @@ static void test_parallel_sizes(void)
         ln_case(float_dtypes[di], 2, rows, 1031, 67, L_CONTIG, L_CONTIG, true, true);
         ln_case(float_dtypes[di], 2, wide, 20011, 3, L_PERM, L_CONTIG, true, false);
     }
-    int64_t big[2] = { 13, 20011 }, n1[1] = { 40009 };
+    int64_t big[2] = {13, 20011}, n1[1] = {40009};
     index_add_case(TPU_F32, TPU_I64, 2, big, 0, 29, 1.0, L_CONTIG, L_CONTIG);
     index_add_case(TPU_BF16, TPU_I64, 2, big, 1, 29, 1.0, L_CONTIG, L_PERM);
     select_case(TPU_F32, TPU_I64, 2, big, 0, 29, L_CONTIG, L_CONTIG);
@@ -1127,8 +1127,7 @@ static void test_parallel_sizes(void)
     for (int di = 0; di < NFLOAT; di++) adamw_case(float_dtypes[di], 1, n1, L_CONTIG, 0.01, 2);
 }
 
-int main(void)
-{
+int main(void) {
     /* Bring the runtime up so kernels run on its compute pool, as under a launch. */
     if (tpu_init() != TPU_OK) return 1;
     RUN_TEST(test_softmax_hand);

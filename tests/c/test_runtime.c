@@ -15,7 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define HBM (64u << 20)   /* set before first use: 64 MiB chips */
+#define HBM (64u << 20) /* set before first use: 64 MiB chips */
 
 static float *dev_to_host_f32(void *d, size_t n) {
     float *h = malloc(n * sizeof(float));
@@ -27,7 +27,7 @@ static void fill_f32(void *d, int64_t n, double v, tpu_stream_t s) {
     tpu_tensor t[2];
     tpu_tensor_contiguous(&t[0], d, TPU_F32, 1, &n);
     t[1] = tpu_tensor_scalar_f(v, TPU_F32);
-    tpu_params p = { .compute_dtype = TPU_F32 };
+    tpu_params p = {.compute_dtype = TPU_F32};
     CHECK_OK(tpu_launch(s, TPU_OP_FILL, t, 2, &p));
 }
 
@@ -54,7 +54,7 @@ static void test_alloc_reuse_and_stats(void) {
     CHECK_OK(tpu_mem_get_stats(0, &st));
     CHECK(st.allocated == st0.allocated + 1024);
     CHECK_OK(tpu_free(a));
-    CHECK_OK(tpu_malloc(0, 900, NULL, &b));       /* same bin, same stream: reused */
+    CHECK_OK(tpu_malloc(0, 900, NULL, &b)); /* same bin, same stream: reused */
     CHECK(a == b);
     CHECK_OK(tpu_free(b));
     CHECK_OK(tpu_mem_get_stats(0, &st));
@@ -91,12 +91,18 @@ static void test_oom(void) {
     CHECK(st.num_cache_flushes > st0.num_cache_flushes);
     CHECK(st.num_ooms == st0.num_ooms + 2);
     CHECK_OK(tpu_free(p));
-    CHECK_OK(tpu_malloc(0, 1024, NULL, &p));      /* device keeps working */
+    CHECK_OK(tpu_malloc(0, 1024, NULL, &p)); /* device keeps working */
     CHECK_OK(tpu_free(p));
 }
 
 static int hook_calls;
-static bool fail_hook(int dev, size_t bytes, void *user) { (void)dev; (void)bytes; (void)user; hook_calls++; return false; }
+static bool fail_hook(int dev, size_t bytes, void *user) {
+    (void)dev;
+    (void)bytes;
+    (void)user;
+    hook_calls++;
+    return false;
+}
 
 static void test_fault_injection(void) {
     tpu_mem_set_alloc_hook(fail_hook, NULL);
@@ -137,8 +143,10 @@ static void test_copies_and_fill(void) {
     /* A copy that runs past device memory is refused. */
     CHECK(tpu_memcpy(h, (char *)d + HBM, 8, TPU_COPY_D2H, NULL) != TPU_OK);
     CHECK(tpu_memcpy(h, h, 8, TPU_COPY_D2H, NULL) == TPU_ERROR_INVALID_VALUE);
-    free(h); free(r);
-    CHECK_OK(tpu_free(d)); CHECK_OK(tpu_free(d2));
+    free(h);
+    free(r);
+    CHECK_OK(tpu_free(d));
+    CHECK_OK(tpu_free(d2));
 }
 
 /* Commands on one stream run in order: a chain of adds gives an exact count. */
@@ -151,7 +159,7 @@ static void test_stream_order(void) {
     tpu_tensor_contiguous(&t[0], d, TPU_F32, 1, &n);
     t[1] = t[0];
     t[2] = tpu_tensor_scalar_f(1.0, TPU_F32);
-    tpu_params p = { .f = { 1.0 }, .compute_dtype = TPU_F32 };
+    tpu_params p = {.f = {1.0}, .compute_dtype = TPU_F32};
     for (int i = 0; i < 200; i++) CHECK_OK(tpu_launch(NULL, TPU_OP_ADD, t, 3, &p));
     float *r = dev_to_host_f32(d, n);
     CHECK_MSG(r[0] == 200.0f && r[n - 1] == 200.0f, "got %f", r[0]);
@@ -160,7 +168,11 @@ static void test_stream_order(void) {
 }
 
 static _Atomic int flag;
-static void slow_cb(void *u) { (void)u; usleep(20000); atomic_store(&flag, 1); }
+static void slow_cb(void *u) {
+    (void)u;
+    usleep(20000);
+    atomic_store(&flag, 1);
+}
 static void check_cb(void *u) { *(int *)u = atomic_load(&flag); }
 
 static void test_events(void) {
@@ -172,7 +184,7 @@ static void test_events(void) {
     CHECK_OK(tpu_event_create(true, &e0));
     CHECK_OK(tpu_event_create(true, &e1));
     CHECK_OK(tpu_event_create(false, &e));
-    CHECK_OK(tpu_event_query(e));                 /* never recorded: complete */
+    CHECK_OK(tpu_event_query(e)); /* never recorded: complete */
     CHECK_OK(tpu_event_record(e0, s1));
     atomic_store(&flag, 0);
     CHECK_OK(tpu_stream_add_callback(s1, slow_cb, NULL));
@@ -190,9 +202,11 @@ static void test_events(void) {
     float ms = -1;
     CHECK_OK(tpu_event_elapsed_ms(e0, e1, &ms));
     CHECK_MSG(ms >= 15.0f && ms < 2000.0f, "elapsed %f", ms);
-    CHECK(tpu_event_elapsed_ms(e0, e, &ms) == TPU_ERROR_INVALID_VALUE);  /* e has no timing */
+    CHECK(tpu_event_elapsed_ms(e0, e, &ms) == TPU_ERROR_INVALID_VALUE); /* e has no timing */
     CHECK_OK(tpu_stream_query(s1));
-    tpu_event_destroy(e0); tpu_event_destroy(e1); tpu_event_destroy(e);
+    tpu_event_destroy(e0);
+    tpu_event_destroy(e1);
+    tpu_event_destroy(e);
     CHECK_OK(tpu_stream_destroy(s1));
     CHECK_OK(tpu_stream_destroy(s2));
     CHECK(tpu_stream_destroy(tpu_stream_default(0)) == TPU_ERROR_INVALID_VALUE);
@@ -209,11 +223,11 @@ static void test_stream_ordered_reuse(void) {
     CHECK_OK(tpu_stream_add_callback(s1, slow_cb, NULL));
     CHECK_OK(tpu_free(a));
     CHECK_OK(tpu_malloc(0, 3u << 20, s2, &b));
-    CHECK(a != b);                                 /* s1 still busy */
+    CHECK(a != b); /* s1 still busy */
     CHECK_OK(tpu_free(b));
     CHECK_OK(tpu_stream_synchronize(s1));
     void *c;
-    CHECK_OK(tpu_malloc(0, 3u << 20, s2, &c));     /* now either block is fine */
+    CHECK_OK(tpu_malloc(0, 3u << 20, s2, &c)); /* now either block is fine */
     CHECK(c == a || c == b);
     CHECK_OK(tpu_free(c));
     CHECK_OK(tpu_stream_destroy(s1));
@@ -226,14 +240,14 @@ static void test_async_error(void) {
     CHECK_OK(tpu_malloc(0, n * 8, NULL, &d));
     tpu_tensor t;
     tpu_tensor_contiguous(&t, d, TPU_I64, 1, &n);
-    tpu_params p = { .i = { 1, 0, 5, 5 } };       /* random_ with from == to: fails when run */
+    tpu_params p = {.i = {1, 0, 5, 5}}; /* random_ with from == to: fails when run */
     CHECK_OK(tpu_launch(NULL, TPU_OP_RAND_INT, &t, 1, &p));
     tpu_status s = tpu_stream_synchronize(tpu_stream_current(0));
     CHECK(s == TPU_ERROR_KERNEL);
     CHECK(strstr(tpu_last_error(), "random") != NULL);
-    CHECK_OK(tpu_stream_synchronize(tpu_stream_current(0)));   /* reported once */
+    CHECK_OK(tpu_stream_synchronize(tpu_stream_current(0))); /* reported once */
     p.i[3] = 10;
-    CHECK_OK(tpu_launch(NULL, TPU_OP_RAND_INT, &t, 1, &p));    /* stream still usable */
+    CHECK_OK(tpu_launch(NULL, TPU_OP_RAND_INT, &t, 1, &p)); /* stream still usable */
     int64_t h[16];
     CHECK_OK(tpu_memcpy(h, d, sizeof h, TPU_COPY_D2H, NULL));
     CHECK(h[0] >= 5 && h[0] < 10);
@@ -245,7 +259,7 @@ static void test_async_error(void) {
     p.i[3] = 5;
     CHECK(tpu_launch(NULL, TPU_OP_RAND_INT, &t, 1, &p) == TPU_ERROR_KERNEL);
     CHECK(strstr(tpu_last_error(), "random") != NULL);
-    CHECK_OK(tpu_stream_synchronize(tpu_stream_current(0)));   /* nothing left sticky */
+    CHECK_OK(tpu_stream_synchronize(tpu_stream_current(0))); /* nothing left sticky */
     p.i[3] = 10;
     CHECK_OK(tpu_launch(NULL, TPU_OP_RAND_INT, &t, 1, &p));
     CHECK_OK(tpu_memcpy(h, d, sizeof h, TPU_COPY_D2H, NULL));
@@ -270,7 +284,7 @@ static void test_launch_validation(void) {
     void *d;
     CHECK_OK(tpu_malloc(0, 64, NULL, &d));
     tpu_tensor t[2];
-    int64_t n = 17;                                /* 68 bytes > 64 */
+    int64_t n = 17; /* 68 bytes > 64 */
     tpu_tensor_contiguous(&t[0], d, TPU_F32, 1, &n);
     t[0].nbytes = 64;
     t[1] = tpu_tensor_scalar_f(1, TPU_F32);
@@ -283,10 +297,10 @@ static void test_launch_validation(void) {
     t[0].offset = 0;
     t[0].strides[0] = INT64_MAX;
     CHECK(tpu_launch(NULL, TPU_OP_FILL, t, 2, NULL) == TPU_ERROR_OVERFLOW);
-    CHECK(tpu_launch(NULL, TPU_OP_ADD, t, 2, NULL) == TPU_ERROR_INVALID_VALUE);   /* arity */
+    CHECK(tpu_launch(NULL, TPU_OP_ADD, t, 2, NULL) == TPU_ERROR_INVALID_VALUE); /* arity */
     CHECK(tpu_launch(NULL, (tpu_op)9999, t, 2, NULL) == TPU_ERROR_INVALID_VALUE);
     float host[16];
-    tpu_tensor_contiguous(&t[0], host, TPU_F32, 1, &n);   /* a host pointer is not device memory */
+    tpu_tensor_contiguous(&t[0], host, TPU_F32, 1, &n); /* a host pointer is not device memory */
     CHECK(tpu_launch(NULL, TPU_OP_FILL, t, 2, NULL) == TPU_ERROR_INVALID_VALUE);
     CHECK_OK(tpu_free(d));
 }
@@ -294,45 +308,56 @@ static void test_launch_validation(void) {
 static void test_philox_vectors(void) {
     /* Known-answer tests from Random123 (kat_vectors, philox4x32_10). */
     uint32_t out[4];
-    uint32_t c0[4] = { 0, 0, 0, 0 }, k0[2] = { 0, 0 };
+    uint32_t c0[4] = {0, 0, 0, 0}, k0[2] = {0, 0};
     tpu_philox4x32_10(c0, k0, out);
     CHECK(out[0] == 0x6627e8d5u && out[1] == 0xe169c58du && out[2] == 0xbc57ac4cu && out[3] == 0x9b00dbd8u);
-    uint32_t c1[4] = { 0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu }, k1[2] = { 0xffffffffu, 0xffffffffu };
+    uint32_t c1[4] = {0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu}, k1[2] = {0xffffffffu, 0xffffffffu};
     tpu_philox4x32_10(c1, k1, out);
     CHECK(out[0] == 0x408f276du && out[1] == 0x41c83b0eu && out[2] == 0xa20bc7c6u && out[3] == 0x6d5451fdu);
-    uint32_t c2[4] = { 0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u }, k2[2] = { 0xa4093822u, 0x299f31d0u };
+    uint32_t c2[4] = {0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}, k2[2] = {0xa4093822u, 0x299f31d0u};
     tpu_philox4x32_10(c2, k2, out);
     CHECK(out[0] == 0xd16cfe09u && out[1] == 0x94fdccebu && out[2] == 0x5001e420u && out[3] == 0x24126ea1u);
 }
 
 /* Fast kernels against references, on host buffers (kernel-level). */
 static void fill_rand(float *x, int64_t n, unsigned seed) {
-    for (int64_t i = 0; i < n; i++) { seed = seed * 1103515245u + 12345u; x[i] = ((seed >> 8) & 0xffff) / 32768.0f - 1.0f; }
+    for (int64_t i = 0; i < n; i++) {
+        seed = seed * 1103515245u + 12345u;
+        x[i] = ((seed >> 8) & 0xffff) / 32768.0f - 1.0f;
+    }
 }
 
 static void gemm_case(int64_t B, int64_t M, int64_t N, int64_t K, tpu_dtype dt, int prec, bool transA, bool withC) {
     size_t es = tpu_dtype_size(dt);
     int64_t na = B * M * K, nb = B * K * N, no = B * M * N;
     float *fa = malloc(na * 4), *fb = malloc(nb * 4), *fc = malloc((no ? no : 1) * 4);
-    fill_rand(fa, na, 1); fill_rand(fb, nb, 2); fill_rand(fc, no, 3);
+    fill_rand(fa, na, 1);
+    fill_rand(fb, nb, 2);
+    fill_rand(fc, no, 3);
     char *A = malloc(na * es + 1), *Bm = malloc(nb * es + 1), *C = malloc(no * es + 1);
     char *O1 = malloc(no * es + 64), *O2 = malloc(no * es + 64);
     for (int64_t i = 0; i < na; i++) tpu_store_f64(A + i * es, dt, fa[i]);
     for (int64_t i = 0; i < nb; i++) tpu_store_f64(Bm + i * es, dt, fb[i]);
     for (int64_t i = 0; i < no; i++) tpu_store_f64(C + i * es, dt, fc[i]);
-    memset(O1, 0x5a, no * es + 64); memset(O2, 0x5a, no * es + 64);
+    memset(O1, 0x5a, no * es + 64);
+    memset(O2, 0x5a, no * es + 64);
     tpu_kargs a1;
     memset(&a1, 0, sizeof a1);
     a1.op = TPU_OP_MATMUL;
     a1.n = withC ? 4 : 3;
-    int64_t so[3] = { B, M, N }, sa[3] = { B, M, K }, sb[3] = { B, K, N };
+    int64_t so[3] = {B, M, N}, sa[3] = {B, M, K}, sb[3] = {B, K, N};
     tpu_tensor_contiguous(&a1.t[0], O1, dt, 3, so);
     tpu_tensor_contiguous(&a1.t[1], A, dt, 3, sa);
-    if (transA) { a1.t[1].strides[1] = 1; a1.t[1].strides[2] = M; }   /* A stored as (B, K, M) */
+    if (transA) {
+        a1.t[1].strides[1] = 1;
+        a1.t[1].strides[2] = M;
+    } /* A stored as (B, K, M) */
     tpu_tensor_contiguous(&a1.t[2], Bm, dt, 3, sb);
     tpu_tensor_contiguous(&a1.t[3], C, dt, 3, so);
-    a1.t[3].strides[0] = 0;                                            /* broadcast over batch */
-    a1.p.f[0] = 0.5; a1.p.f[1] = withC ? 2.0 : 0.0; a1.p.i[0] = prec;
+    a1.t[3].strides[0] = 0; /* broadcast over batch */
+    a1.p.f[0] = 0.5;
+    a1.p.f[1] = withC ? 2.0 : 0.0;
+    a1.p.i[0] = prec;
     tpu_kargs a2 = a1;
     a2.t[0].base = O2;
     CHECK_OK(tpu_k_gemm(&a1));
@@ -346,12 +371,19 @@ static void gemm_case(int64_t B, int64_t M, int64_t N, int64_t K, tpu_dtype dt, 
     }
     CHECK_MSG(worst <= tol, "gemm B%lld M%lld N%lld K%lld %s prec%d: rel err %g", (long long)B, (long long)M,
               (long long)N, (long long)K, tpu_dtype_name(dt), prec, worst);
-    for (int k = 0; k < 64; k++) CHECK((unsigned char)O1[no * es + k] == 0x5a);   /* sentinel */
-    free(fa); free(fb); free(fc); free(A); free(Bm); free(C); free(O1); free(O2);
+    for (int k = 0; k < 64; k++) CHECK((unsigned char)O1[no * es + k] == 0x5a); /* sentinel */
+    free(fa);
+    free(fb);
+    free(fc);
+    free(A);
+    free(Bm);
+    free(C);
+    free(O1);
+    free(O2);
 }
 
 static void test_gemm_vs_ref(void) {
-    tpu_dtype dts[] = { TPU_F32, TPU_BF16, TPU_F16, TPU_F64 };
+    tpu_dtype dts[] = {TPU_F32, TPU_BF16, TPU_F16, TPU_F64};
     for (int d = 0; d < 4; d++) {
         gemm_case(1, 1, 1, 1, dts[d], 0, false, false);
         gemm_case(2, 37, 41, 53, dts[d], 0, false, true);
@@ -366,8 +398,8 @@ static void test_gemm_vs_ref(void) {
 }
 
 static void test_random_vs_ref(void) {
-    tpu_op ops[] = { TPU_OP_RAND_UNIFORM, TPU_OP_RAND_NORMAL, TPU_OP_RAND_BERNOULLI, TPU_OP_RAND_INT };
-    tpu_dtype dts[] = { TPU_F32, TPU_F64, TPU_BF16, TPU_I64 };
+    tpu_op ops[] = {TPU_OP_RAND_UNIFORM, TPU_OP_RAND_NORMAL, TPU_OP_RAND_BERNOULLI, TPU_OP_RAND_INT};
+    tpu_dtype dts[] = {TPU_F32, TPU_F64, TPU_BF16, TPU_I64};
     int64_t n = 100003;
     for (int k = 0; k < 4; k++) {
         tpu_dtype dt = ops[k] == TPU_OP_RAND_INT ? TPU_I64 : dts[k % 3];
@@ -375,33 +407,45 @@ static void test_random_vs_ref(void) {
         char *o1 = malloc(n * es), *o2 = malloc(n * es);
         tpu_kargs a;
         memset(&a, 0, sizeof a);
-        a.op = ops[k]; a.n = 1;
+        a.op = ops[k];
+        a.n = 1;
         tpu_tensor_contiguous(&a.t[0], o1, dt, 1, &n);
-        a.p.i[0] = 42; a.p.i[1] = 7; a.p.i[2] = -3; a.p.i[3] = 11;
-        a.p.f[0] = ops[k] == TPU_OP_RAND_BERNOULLI ? 0.3 : 0.0; a.p.f[1] = 1.0;
+        a.p.i[0] = 42;
+        a.p.i[1] = 7;
+        a.p.i[2] = -3;
+        a.p.i[3] = 11;
+        a.p.f[0] = ops[k] == TPU_OP_RAND_BERNOULLI ? 0.3 : 0.0;
+        a.p.f[1] = 1.0;
         tpu_kargs b = a;
         b.t[0].base = o2;
         CHECK_OK(tpu_k_random(&a));
         CHECK_OK(tpu_ref_random(&b));
         CHECK(memcmp(o1, o2, n * es) == 0);
         double sum = 0, sq = 0;
-        for (int64_t i = 0; i < n; i++) { double v = tpu_load_f64(o1 + i * es, dt); sum += v; sq += v * v; }
+        for (int64_t i = 0; i < n; i++) {
+            double v = tpu_load_f64(o1 + i * es, dt);
+            sum += v;
+            sq += v * v;
+        }
         double mean = sum / n, var = sq / n - mean * mean;
-        if (ops[k] == TPU_OP_RAND_UNIFORM) CHECK_MSG(fabs(mean - 0.5) < 0.01 && fabs(var - 1.0 / 12) < 0.01, "mean %f var %f", mean, var);
-        if (ops[k] == TPU_OP_RAND_NORMAL) CHECK_MSG(fabs(mean) < 0.02 && fabs(var - 1.0) < 0.03, "mean %f var %f", mean, var);
+        if (ops[k] == TPU_OP_RAND_UNIFORM)
+            CHECK_MSG(fabs(mean - 0.5) < 0.01 && fabs(var - 1.0 / 12) < 0.01, "mean %f var %f", mean, var);
+        if (ops[k] == TPU_OP_RAND_NORMAL)
+            CHECK_MSG(fabs(mean) < 0.02 && fabs(var - 1.0) < 0.03, "mean %f var %f", mean, var);
         if (ops[k] == TPU_OP_RAND_BERNOULLI) CHECK_MSG(fabs(mean - 0.3) < 0.01, "mean %f", mean);
         if (ops[k] == TPU_OP_RAND_INT) CHECK_MSG(fabs(mean - 3.5) < 0.1, "mean %f", mean);
         /* a different offset gives different numbers */
         b.p.i[1] = 8;
         CHECK_OK(tpu_ref_random(&b));
         CHECK(memcmp(o1, o2, n * es) != 0);
-        free(o1); free(o2);
+        free(o1);
+        free(o2);
     }
 }
 
 static void test_triangle_vs_ref(void) {
     /* (2, 5, 7) float32 viewed transposed in the last two dims, and int64 */
-    int64_t sz[3] = { 2, 7, 5 };
+    int64_t sz[3] = {2, 7, 5};
     for (int dt = 0; dt < 2; dt++) {
         tpu_dtype t = dt ? TPU_I64 : TPU_F32;
         size_t es = tpu_dtype_size(t);
@@ -409,14 +453,20 @@ static void test_triangle_vs_ref(void) {
         for (int i = 0; i < 70; i++) tpu_store_f64(x + i * es, t, i + 1);
         for (int op = 0; op < 2; op++)
             for (int64_t diag = -3; diag <= 3; diag++) {
-                memset(o1, 0x5a, 70 * es + 16); memset(o2, 0x33, 70 * es + 16);
+                memset(o1, 0x5a, 70 * es + 16);
+                memset(o2, 0x33, 70 * es + 16);
                 tpu_kargs a;
                 memset(&a, 0, sizeof a);
-                a.op = op ? TPU_OP_TRIU : TPU_OP_TRIL; a.n = 2; a.p.i[0] = diag;
-                int64_t osz[3] = { 2, 5, 7 };
+                a.op = op ? TPU_OP_TRIU : TPU_OP_TRIL;
+                a.n = 2;
+                a.p.i[0] = diag;
+                int64_t osz[3] = {2, 5, 7};
                 tpu_tensor_contiguous(&a.t[0], o1, t, 3, osz);
                 tpu_tensor_contiguous(&a.t[1], x, t, 3, sz);
-                a.t[1].sizes[1] = 5; a.t[1].sizes[2] = 7; a.t[1].strides[1] = 1; a.t[1].strides[2] = 5;  /* transposed */
+                a.t[1].sizes[1] = 5;
+                a.t[1].sizes[2] = 7;
+                a.t[1].strides[1] = 1;
+                a.t[1].strides[2] = 5; /* transposed */
                 tpu_kargs b = a;
                 b.t[0].base = o2;
                 CHECK_OK(tpu_k_shape(&a));
@@ -427,7 +477,9 @@ static void test_triangle_vs_ref(void) {
                 double v = tpu_load_f64(o1, t);
                 CHECK(op == 0 ? (diag >= 0 ? v == 1 : v == 0) : (diag <= 0 ? v == 1 : v == 0));
             }
-        free(x); free(o1); free(o2);
+        free(x);
+        free(o1);
+        free(o2);
     }
 }
 
@@ -442,7 +494,7 @@ static void *thread_body(void *arg) {
     tpu_tensor t[3];
     tpu_tensor_contiguous(&t[0], d, TPU_F32, 1, &n);
     t[1] = tpu_tensor_scalar_f(id, TPU_F32);
-    tpu_params p = { .f = { 1.0 }, .compute_dtype = TPU_F32 };
+    tpu_params p = {.f = {1.0}, .compute_dtype = TPU_F32};
     uintptr_t bad = tpu_launch(s, TPU_OP_FILL, t, 2, &p) != TPU_OK;
     t[1] = t[0];
     t[2] = tpu_tensor_scalar_f(1.0, TPU_F32);
@@ -458,7 +510,11 @@ static void *thread_body(void *arg) {
 static void test_threads(void) {
     pthread_t th[4];
     for (int i = 0; i < 4; i++) pthread_create(&th[i], NULL, thread_body, (void *)(intptr_t)i);
-    for (int i = 0; i < 4; i++) { void *r; pthread_join(th[i], &r); CHECK(r == NULL); }
+    for (int i = 0; i < 4; i++) {
+        void *r;
+        pthread_join(th[i], &r);
+        CHECK(r == NULL);
+    }
 }
 
 static void test_second_device(void) {
@@ -491,59 +547,86 @@ static const char *fake_get(const char *name) {
 /* Every variable: accepted forms parse to the right value, everything else is
  * an error naming the variable, its value and what is accepted. */
 static void test_config_parse(void) {
-    static const struct { const char *name, *val; long long want; } good[] = {
-        { "TPU_NUM_DEVICES", "1", 1 }, { "TPU_NUM_DEVICES", "16", 16 }, { "TPU_NUM_DEVICES", "007", 7 },
-        { "TPU_NUM_DEVICES", "", 1 },
-        { "TPU_HBM_BYTES", "1048576", 1 << 20 }, { "TPU_HBM_BYTES", "64M", 64 << 20 },
-        { "TPU_HBM_BYTES", "64MiB", 64 << 20 }, { "TPU_HBM_BYTES", "2g", 2LL << 30 },
-        { "TPU_HBM_BYTES", "1T", 1LL << 40 }, { "TPU_HBM_BYTES", "1048577", 1 << 20 },  /* page-rounded */
-        { "TPU_HBM_BYTES", "17592186040320", (1LL << 44) - 4096 },
-        { "TPU_NUM_WORKERS", "1", 1 }, { "TPU_NUM_WORKERS", "64", 64 },
-        { "TPU_MXU", "portable", 1 }, { "TPU_MXU", "auto", 0 },
-        { "TORCH_TPU_LAUNCH_BLOCKING", "1", -1 }, { "TORCH_TPU_CPU_FALLBACK", "0", -1 },
-        { "TORCH_TPU_DEFER_AND_FUSE", "0", -1 },
+    static const struct {
+        const char *name, *val;
+        long long want;
+    } good[] = {
+        {"TPU_NUM_DEVICES", "1", 1},
+        {"TPU_NUM_DEVICES", "16", 16},
+        {"TPU_NUM_DEVICES", "007", 7},
+        {"TPU_NUM_DEVICES", "", 1},
+        {"TPU_HBM_BYTES", "1048576", 1 << 20},
+        {"TPU_HBM_BYTES", "64M", 64 << 20},
+        {"TPU_HBM_BYTES", "64MiB", 64 << 20},
+        {"TPU_HBM_BYTES", "2g", 2LL << 30},
+        {"TPU_HBM_BYTES", "1T", 1LL << 40},
+        {"TPU_HBM_BYTES", "1048577", 1 << 20}, /* page-rounded */
+        {"TPU_HBM_BYTES", "17592186040320", (1LL << 44) - 4096},
+        {"TPU_NUM_WORKERS", "1", 1},
+        {"TPU_NUM_WORKERS", "64", 64},
+        {"TPU_MXU", "portable", 1},
+        {"TPU_MXU", "auto", 0},
+        {"TORCH_TPU_LAUNCH_BLOCKING", "1", -1},
+        {"TORCH_TPU_CPU_FALLBACK", "0", -1},
+        {"TORCH_TPU_DEFER_AND_FUSE", "0", -1},
     };
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
-        const char *env[] = { good[i].name, good[i].val, NULL };
+        const char *env[] = {good[i].name, good[i].val, NULL};
         fake_env = env;
         tpu_config c;
         tpu_status st = tpu_config_parse(fake_get, &c);
         CHECK_MSG(st == TPU_OK, "%s=%s: %s", good[i].name, good[i].val, tpu_last_error());
-        long long got = strcmp(good[i].name, "TPU_NUM_DEVICES") == 0 ? c.num_devices
-                      : strcmp(good[i].name, "TPU_HBM_BYTES") == 0 ? (long long)c.hbm_bytes
-                      : strcmp(good[i].name, "TPU_NUM_WORKERS") == 0 ? c.num_workers
-                      : strcmp(good[i].name, "TPU_MXU") == 0 ? c.mxu_portable : -1;
+        long long got = strcmp(good[i].name, "TPU_NUM_DEVICES") == 0   ? c.num_devices
+                        : strcmp(good[i].name, "TPU_HBM_BYTES") == 0   ? (long long)c.hbm_bytes
+                        : strcmp(good[i].name, "TPU_NUM_WORKERS") == 0 ? c.num_workers
+                        : strcmp(good[i].name, "TPU_MXU") == 0         ? c.mxu_portable
+                                                                       : -1;
         CHECK_MSG(got == good[i].want, "%s=%s gave %lld", good[i].name, good[i].val, got);
     }
-    static const struct { const char *name, *val, *accepted; } bad[] = {
-        { "TPU_NUM_DEVICES", "-1", "from 1 to 16" }, { "TPU_NUM_DEVICES", "0", "from 1 to 16" },
-        { "TPU_NUM_DEVICES", "99", "from 1 to 16" }, { "TPU_NUM_DEVICES", "17", "from 1 to 16" },
-        { "TPU_NUM_DEVICES", "abc", "from 1 to 16" }, { "TPU_NUM_DEVICES", " 2", "from 1 to 16" },
-        { "TPU_NUM_DEVICES", "2 ", "from 1 to 16" }, { "TPU_NUM_DEVICES", "+2", "from 1 to 16" },
-        { "TPU_NUM_DEVICES", "0x2", "from 1 to 16" }, { "TPU_NUM_DEVICES", "99999999999999999999999", "from 1 to 16" },
-        { "TPU_HBM_BYTES", "-1", "binary suffix" }, { "TPU_HBM_BYTES", "0", "from 1048576" },
-        { "TPU_HBM_BYTES", "1.5G", "binary suffix" }, { "TPU_HBM_BYTES", "1048575", "from 1048576" },
-        { "TPU_HBM_BYTES", "16T", "16T - 4K" }, { "TPU_HBM_BYTES", "12Q", "binary suffix" },
-        { "TPU_HBM_BYTES", "1GB", "binary suffix" }, { "TPU_HBM_BYTES", "G", "binary suffix" },
-        { "TPU_HBM_BYTES", "99999999999T", "binary suffix" }, { "TPU_HBM_BYTES", "1Gi", "binary suffix" },
-        { "TPU_NUM_WORKERS", "0", "from 1 to 64" }, { "TPU_NUM_WORKERS", "65", "from 1 to 64" },
-        { "TPU_NUM_WORKERS", "four", "from 1 to 64" },
-        { "TPU_MXU", "amx", "'auto' or 'portable'" }, { "TORCH_TPU_LAUNCH_BLOCKING", "yes", "0 or 1" },
-        { "TORCH_TPU_CPU_FALLBACK", "off", "0 or 1" }, { "TORCH_TPU_DEFER_AND_FUSE", "true", "0 or 1" },
+    static const struct {
+        const char *name, *val, *accepted;
+    } bad[] = {
+        {"TPU_NUM_DEVICES", "-1", "from 1 to 16"},
+        {"TPU_NUM_DEVICES", "0", "from 1 to 16"},
+        {"TPU_NUM_DEVICES", "99", "from 1 to 16"},
+        {"TPU_NUM_DEVICES", "17", "from 1 to 16"},
+        {"TPU_NUM_DEVICES", "abc", "from 1 to 16"},
+        {"TPU_NUM_DEVICES", " 2", "from 1 to 16"},
+        {"TPU_NUM_DEVICES", "2 ", "from 1 to 16"},
+        {"TPU_NUM_DEVICES", "+2", "from 1 to 16"},
+        {"TPU_NUM_DEVICES", "0x2", "from 1 to 16"},
+        {"TPU_NUM_DEVICES", "99999999999999999999999", "from 1 to 16"},
+        {"TPU_HBM_BYTES", "-1", "binary suffix"},
+        {"TPU_HBM_BYTES", "0", "from 1048576"},
+        {"TPU_HBM_BYTES", "1.5G", "binary suffix"},
+        {"TPU_HBM_BYTES", "1048575", "from 1048576"},
+        {"TPU_HBM_BYTES", "16T", "16T - 4K"},
+        {"TPU_HBM_BYTES", "12Q", "binary suffix"},
+        {"TPU_HBM_BYTES", "1GB", "binary suffix"},
+        {"TPU_HBM_BYTES", "G", "binary suffix"},
+        {"TPU_HBM_BYTES", "99999999999T", "binary suffix"},
+        {"TPU_HBM_BYTES", "1Gi", "binary suffix"},
+        {"TPU_NUM_WORKERS", "0", "from 1 to 64"},
+        {"TPU_NUM_WORKERS", "65", "from 1 to 64"},
+        {"TPU_NUM_WORKERS", "four", "from 1 to 64"},
+        {"TPU_MXU", "amx", "'auto' or 'portable'"},
+        {"TORCH_TPU_LAUNCH_BLOCKING", "yes", "0 or 1"},
+        {"TORCH_TPU_CPU_FALLBACK", "off", "0 or 1"},
+        {"TORCH_TPU_DEFER_AND_FUSE", "true", "0 or 1"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        const char *env[] = { bad[i].name, bad[i].val, NULL };
+        const char *env[] = {bad[i].name, bad[i].val, NULL};
         fake_env = env;
         tpu_config c;
         char quoted[128];
         snprintf(quoted, sizeof quoted, "%s='%s'", bad[i].name, bad[i].val);
         CHECK_MSG(tpu_config_parse(fake_get, &c) == TPU_ERROR_INVALID_VALUE, "%s accepted", quoted);
-        CHECK_MSG(strstr(tpu_last_error(), quoted) && strstr(tpu_last_error(), bad[i].accepted),
-                  "%s: message '%s'", quoted, tpu_last_error());
-        CHECK(c.num_devices == 1 && c.hbm_bytes == (size_t)16 << 30);   /* defaults, never used by a chip */
+        CHECK_MSG(strstr(tpu_last_error(), quoted) && strstr(tpu_last_error(), bad[i].accepted), "%s: message '%s'",
+                  quoted, tpu_last_error());
+        CHECK(c.num_devices == 1 && c.hbm_bytes == (size_t)16 << 30); /* defaults, never used by a chip */
     }
     /* Several bad values: every one is named. */
-    const char *env[] = { "TPU_NUM_DEVICES", "0", "TPU_HBM_BYTES", "1.5G", "TPU_NUM_WORKERS", "64", NULL };
+    const char *env[] = {"TPU_NUM_DEVICES", "0", "TPU_HBM_BYTES", "1.5G", "TPU_NUM_WORKERS", "64", NULL};
     fake_env = env;
     tpu_config c;
     CHECK(tpu_config_parse(fake_get, &c) == TPU_ERROR_INVALID_VALUE);
@@ -563,8 +646,11 @@ static int count_threads(void) {
     return n;
 }
 
-static _Atomic int gate;   /* callbacks block while 0 */
-static void gate_cb(void *u) { (void)u; while (!atomic_load(&gate)) usleep(200); }
+static _Atomic int gate; /* callbacks block while 0 */
+static void gate_cb(void *u) {
+    (void)u;
+    while (!atomic_load(&gate)) usleep(200);
+}
 static void count_cb(void *u) { atomic_fetch_add((_Atomic int *)u, 1); }
 
 /* Any number of streams map onto the fixed pool: ids stay in range, threads
@@ -580,22 +666,27 @@ static void test_stream_pool(void) {
         bool high = i % 3 == 0;
         CHECK_OK(tpu_stream_create(0, high ? -1 : 0, &s));
         int64_t id = tpu_stream_id(s);
-        CHECK_MSG(high ? id > TPU_STREAM_POOL_SIZE && id <= 2 * TPU_STREAM_POOL_SIZE : id >= 1 && id <= TPU_STREAM_POOL_SIZE,
+        CHECK_MSG(high ? id > TPU_STREAM_POOL_SIZE && id <= 2 * TPU_STREAM_POOL_SIZE
+                       : id >= 1 && id <= TPU_STREAM_POOL_SIZE,
                   "stream %d has id %lld", i, (long long)id);
         CHECK(tpu_stream_priority(s) == (high ? -1 : 0));
         CHECK(tpu_stream_from_id(0, id) == s);
         if (!high && !first_low) first_low = s;
         if (high && !first_high) first_high = s;
-        if (i == 1400) { gated = s; CHECK_OK(tpu_stream_add_callback(s, gate_cb, NULL)); }
+        if (i == 1400) {
+            gated = s;
+            CHECK_OK(tpu_stream_add_callback(s, gate_cb, NULL));
+        }
         CHECK_OK(tpu_stream_add_callback(s, count_cb, (void *)&ran));
-        if (i < 1400) CHECK_OK(tpu_stream_destroy(s));   /* waits for its queue, which a later stream may share */
+        if (i < 1400) CHECK_OK(tpu_stream_destroy(s)); /* waits for its queue, which a later stream may share */
     }
     int during = count_threads();
-    CHECK_MSG(during - before <= 2 * TPU_STREAM_POOL_SIZE + 1, "%d threads before, %d after 1500 streams", before, during);
+    CHECK_MSG(during - before <= 2 * TPU_STREAM_POOL_SIZE + 1, "%d threads before, %d after 1500 streams", before,
+              during);
     CHECK(tpu_stream_query(gated) == TPU_ERROR_NOT_READY);
     atomic_store(&gate, 1);
     CHECK_OK(tpu_device_synchronize(0));
-    CHECK(atomic_load(&ran) == 1500);                  /* every stream's work, the 1401st's included */
+    CHECK(atomic_load(&ran) == 1500); /* every stream's work, the 1401st's included */
     CHECK(tpu_stream_from_id(0, 2 * TPU_STREAM_POOL_SIZE + 1) == NULL && tpu_stream_from_id(0, -1) == NULL);
     CHECK(tpu_stream_from_id(7, 1) == NULL);
     CHECK(first_low != first_high);
@@ -622,7 +713,8 @@ static void test_queue_bound(void) {
     pthread_create(&th, NULL, launch_body, s);
     usleep(200000);
     int n = atomic_load(&launched);
-    CHECK_MSG(n >= TPU_STREAM_QUEUE_DEPTH - 1 && n <= TPU_STREAM_QUEUE_DEPTH, "%d commands queued behind a blocked one", n);
+    CHECK_MSG(n >= TPU_STREAM_QUEUE_DEPTH - 1 && n <= TPU_STREAM_QUEUE_DEPTH, "%d commands queued behind a blocked one",
+              n);
     atomic_store(&gate, 1);
     void *r;
     pthread_join(th, &r);
@@ -630,7 +722,7 @@ static void test_queue_bound(void) {
     CHECK_OK(tpu_stream_synchronize(s));
 }
 
-static _Atomic int interrupt_after;   /* the check says "interrupted" once this many calls have been made */
+static _Atomic int interrupt_after; /* the check says "interrupted" once this many calls have been made */
 static _Atomic int interrupt_calls;
 static bool test_interrupt_check(void) {
     return atomic_fetch_add(&interrupt_calls, 1) + 1 >= atomic_load(&interrupt_after);
@@ -674,7 +766,7 @@ static void test_interrupt(void) {
     CHECK(!tpu_interrupted());
     /* A read of device memory queued behind the blocked work: the copy is
      * cancelled, the host buffer never written, the caller told. */
-    float h[4] = { -1, -1, -1, -1 };
+    float h[4] = {-1, -1, -1, -1};
     atomic_store(&interrupt_after, 0);
     CHECK(tpu_memcpy(h, d, sizeof h, TPU_COPY_D2H, s) == TPU_ERROR_INTERRUPTED);
     tpu_interrupt_clear();
@@ -687,13 +779,13 @@ static void test_interrupt(void) {
     CHECK(tpu_stream_enqueued(s) == queued);
     tpu_interrupt_clear();
     tpu_set_interrupt_check(NULL);
-    CHECK(tpu_event_query(e) == TPU_ERROR_NOT_READY);    /* nothing ran past the gate */
+    CHECK(tpu_event_query(e) == TPU_ERROR_NOT_READY); /* nothing ran past the gate */
     atomic_store(&gate, 1);
     CHECK_OK(tpu_stream_synchronize(s));
     CHECK_OK(tpu_event_synchronize(e));
-    CHECK(h[0] == -1 && h[3] == -1);                     /* the cancelled copy never ran */
+    CHECK(h[0] == -1 && h[3] == -1); /* the cancelled copy never ran */
     CHECK_OK(tpu_memcpy(h, d, sizeof h, TPU_COPY_D2H, s));
-    CHECK(h[0] == 5.0f && h[3] == 5.0f);                 /* and the device still works */
+    CHECK(h[0] == 5.0f && h[3] == 5.0f); /* and the device still works */
     CHECK_OK(tpu_event_destroy(e));
     CHECK_OK(tpu_free(d));
 }
@@ -710,15 +802,15 @@ static void test_event_rerecord(void) {
     CHECK_OK(tpu_event_create(true, &a));
     CHECK_OK(tpu_event_create(true, &b));
     CHECK_OK(tpu_event_create(true, &c));
-    CHECK_OK(tpu_event_record(a, s1));                   /* stuck behind the gate */
+    CHECK_OK(tpu_event_record(a, s1)); /* stuck behind the gate */
     CHECK_OK(tpu_event_record(c, s1));
-    CHECK_OK(tpu_event_destroy(c));                      /* freed once its record has run */
+    CHECK_OK(tpu_event_destroy(c)); /* freed once its record has run */
     double t0 = now_s();
-    CHECK_OK(tpu_event_record(a, s2));                   /* re-record elsewhere: returns at once */
+    CHECK_OK(tpu_event_record(a, s2)); /* re-record elsewhere: returns at once */
     CHECK_OK(tpu_event_record(b, s2));
     CHECK(now_s() - t0 < 0.5);
     CHECK_OK(tpu_event_synchronize(b));
-    CHECK_OK(tpu_event_query(a));                        /* the latest record counts */
+    CHECK_OK(tpu_event_query(a)); /* the latest record counts */
     float ms = -1;
     CHECK_OK(tpu_event_elapsed_ms(a, b, &ms));
     CHECK(ms >= 0 && ms < 500);

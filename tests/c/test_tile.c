@@ -14,13 +14,20 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-static uint32_t f2u(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
-static float u2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+static uint32_t f2u(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+static float u2f(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
 
 /* ---- scalar conversions ---- */
 
-static void test_f16_to_f32_all(void)
-{
+static void test_f16_to_f32_all(void) {
     int bad = 0;
     for (uint32_t h = 0; h < 65536; h++) {
         uint32_t got = f2u(tpu_tile_f16_to_f32((uint16_t)h)), want = f2u(tpu_f16_to_f32((uint16_t)h));
@@ -30,15 +37,13 @@ static void test_f16_to_f32_all(void)
 }
 
 static int f2h_bad;
-static void check_f2h(uint32_t u)
-{
+static void check_f2h(uint32_t u) {
     float f = u2f(u);
     uint16_t got = tpu_tile_f32_to_f16(f), want = tpu_f32_to_f16(f);
     if (got != want && f2h_bad++ < 5) CHECK_MSG(0, "float %08x: got %04x, cast gives %04x", u, got, want);
 }
 
-static void test_f32_to_f16(void)
-{
+static void test_f32_to_f16(void) {
     f2h_bad = 0;
     /* Every half, the float halfway to the next half, and one ulp either
      * side of both: all rounding boundaries (subnormal, normal, overflow). */
@@ -71,8 +76,7 @@ static void test_f32_to_f16(void)
 }
 
 /* bf16 on whole vectors against tpu_bf16_to_f32 / tpu_f32_to_bf16. */
-static void test_bf16_vectors(void)
-{
+static void test_bf16_vectors(void) {
     int bad = 0;
     uint16_t h[16];
     for (uint32_t base = 0; base < 65536; base += 16) {
@@ -92,7 +96,7 @@ static void test_bf16_vectors(void)
     uint16_t o8[8], o16[16];
     for (uint64_t u = 0; u < (1ull << 32); u += 16 * 1009) {
         for (int k = 0; k < 16; k++) f[k] = u2f((uint32_t)u + (uint32_t)k * 0x8001u);
-        f[3] = u2f(0x7f800001u);            /* signaling NaN, NaN, inf, a tie */
+        f[3] = u2f(0x7f800001u); /* signaling NaN, NaN, inf, a tie */
         f[5] = u2f(0xffc01234u);
         f[9] = INFINITY;
         f[12] = u2f(0x3f808000u);
@@ -113,23 +117,22 @@ static void test_bf16_vectors(void)
 /* ---- rows ---- */
 
 #define SENT 0x5a
-#define PAD 64                          /* elements of sentinel on each side */
+#define PAD  64 /* elements of sentinel on each side */
 #define MAXN 600
 
-static const int64_t lens[] = { 0, 1, 15, 16, 17, 255, 256, 257, 271, 600 };
-static const int64_t strides[] = { 1, 3, 0, -2 };
+static const int64_t lens[] = {0, 1, 15, 16, 17, 255, 256, 257, 271, 600};
+static const int64_t strides[] = {1, 3, 0, -2};
 
 /* A value of dtype dt at element i: every class the dtype holds (NaN,
  * infinities and subnormals only where `specials`), in range of every
  * integer dtype otherwise so conversions to integers are defined. */
-static double sample(tpu_dtype dt, int64_t i, bool specials)
-{
-    static const double sp[] = { NAN, INFINITY, -INFINITY, -0.0, 1e-40, 6e-8, 3e-39, 65519.0, 65520.0, 1e30 };
+static double sample(tpu_dtype dt, int64_t i, bool specials) {
+    static const double sp[] = {NAN, INFINITY, -INFINITY, -0.0, 1e-40, 6e-8, 3e-39, 65519.0, 65520.0, 1e30};
     uint64_t r = (uint64_t)i * 0x9E3779B97F4A7C15ull;
     r ^= r >> 29;
     if (dt == TPU_BOOL) return (double)(r % 3 == 0);
     if (!tpu_dtype_is_float(dt)) {
-        if (dt == TPU_I64 && specials) return (double)(int64_t)(r | 1);      /* beyond 2^53 */
+        if (dt == TPU_I64 && specials) return (double)(int64_t)(r | 1); /* beyond 2^53 */
         return (double)((int64_t)(r % 256) - 128);
     }
     if (specials && r % 7 == 0) return sp[(r >> 8) % 10];
@@ -140,12 +143,11 @@ static double sample(tpu_dtype dt, int64_t i, bool specials)
 typedef struct row {
     unsigned char mem[(PAD * 2 + MAXN * 3 + 8) * 8];
     size_t es;
-    char *p;                            /* element 0 */
-    int64_t lo, hi;                     /* element span touched by the row */
+    char *p;        /* element 0 */
+    int64_t lo, hi; /* element span touched by the row */
 } row;
 
-static void row_init(row *r, tpu_dtype dt, int64_t stride, int64_t n)
-{
+static void row_init(row *r, tpu_dtype dt, int64_t stride, int64_t n) {
     memset(r->mem, SENT, sizeof r->mem);
     r->es = tpu_dtype_size(dt);
     int64_t first = stride < 0 ? (n - 1) * -stride : 0;
@@ -157,8 +159,7 @@ static void row_init(row *r, tpu_dtype dt, int64_t stride, int64_t n)
 /* Element i of a row at stride st. */
 static char *at(const row *r, int64_t i, int64_t st) { return r->p + i * st * (int64_t)r->es; }
 
-static bool row_sentinels_ok(const row *r)
-{
+static bool row_sentinels_ok(const row *r) {
     const unsigned char *lo = (const unsigned char *)r->p + r->lo * (int64_t)r->es;
     const unsigned char *hi = (const unsigned char *)r->p + (r->hi + 1) * (int64_t)r->es;
     for (const unsigned char *q = r->mem; q < lo; q++)
@@ -170,28 +171,25 @@ static bool row_sentinels_ok(const row *r)
 
 /* The reference load of element i into the float32 domain: tpu_load_f64,
  * but int64 rounds once (the documented exception). */
-static float ref_load_f32(const void *p, tpu_dtype dt)
-{
+static float ref_load_f32(const void *p, tpu_dtype dt) {
     if (dt == TPU_I64) return (float)*(const int64_t *)p;
     return (float)tpu_load_f64(p, dt);
 }
 
 /* Every dtype x stride x length. */
-static void each_row_case(void (*fn)(tpu_dtype dt, int64_t st, int64_t n))
-{
+static void each_row_case(void (*fn)(tpu_dtype dt, int64_t st, int64_t n)) {
     for (int k = 0; k < TPU_DTYPE_COUNT; k++)
         for (size_t si = 0; si < sizeof strides / sizeof *strides; si++)
             for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) fn((tpu_dtype)k, strides[si], lens[li]);
 }
 
-static void row_loads_case(tpu_dtype dt, int64_t st, int64_t n)
-{
+static void row_loads_case(tpu_dtype dt, int64_t st, int64_t n) {
     row r;
     row_init(&r, dt, st, n);
     for (int64_t i = 0; i < n; i++) tpu_store_f64(at(&r, i, st), dt, sample(dt, i, true));
-    for (int64_t i = 0; i < n && dt == TPU_I64; i++)        /* just above a float tie: rounds once */
-        *(int64_t *)at(&r, i, st) = i % 2 ? (int64_t)((uint64_t)i * 0x9E3779B97F4A7C15ull)
-                                          : (INT64_C(1) << 62) + (INT64_C(1) << 38) + i + 1;
+    for (int64_t i = 0; i < n && dt == TPU_I64; i++) /* just above a float tie: rounds once */
+        *(int64_t *)at(&r, i, st) =
+            i % 2 ? (int64_t)((uint64_t)i * 0x9E3779B97F4A7C15ull) : (INT64_C(1) << 62) + (INT64_C(1) << 38) + i + 1;
     float f[MAXN + 1];
     double d[MAXN + 1];
     int64_t l[MAXN + 1];
@@ -207,7 +205,7 @@ static void row_loads_case(tpu_dtype dt, int64_t st, int64_t n)
         double wd = tpu_load_f64(e, dt);
         bad += f2u(f[i]) != f2u(wf);
         bad += memcmp(&d[i], &wd, 8) != 0;
-        if (!tpu_dtype_is_float(dt) || fabs(wd) < 1e18)     /* else undefined in C */
+        if (!tpu_dtype_is_float(dt) || fabs(wd) < 1e18) /* else undefined in C */
             bad += l[i] != tpu_load_i64(e, dt);
     }
     CHECK_MSG(bad == 0 && f[n] == 12345 && d[n] == 12345 && l[n] == 12345, "load %s stride %lld n %lld: %d differ",
@@ -216,8 +214,7 @@ static void row_loads_case(tpu_dtype dt, int64_t st, int64_t n)
 
 /* Each domain against tpu_store_f64 / tpu_store_i64 element by element (at
  * stride 0 every element lands in one place: the last one stays). */
-static void row_stores_case(tpu_dtype dt, int64_t st, int64_t n)
-{
+static void row_stores_case(tpu_dtype dt, int64_t st, int64_t n) {
     bool specials = tpu_dtype_is_float(dt);
     float f[MAXN];
     double d[MAXN];
@@ -233,13 +230,19 @@ static void row_stores_case(tpu_dtype dt, int64_t st, int64_t n)
         row_init(&want, dt, st, n);
         for (int64_t i = 0; i < n; i++) {
             char *e = at(&want, i, st);
-            if (dom == 0) tpu_store_f64(e, dt, f[i]);
-            else if (dom == 1) tpu_store_f64(e, dt, d[i]);
-            else tpu_store_i64(e, dt, l[i]);
+            if (dom == 0)
+                tpu_store_f64(e, dt, f[i]);
+            else if (dom == 1)
+                tpu_store_f64(e, dt, d[i]);
+            else
+                tpu_store_i64(e, dt, l[i]);
         }
-        if (dom == 0) tpu_tile_store_f32(got.p, st, f, n, dt);
-        else if (dom == 1) tpu_tile_store_f64(got.p, st, d, n, dt);
-        else tpu_tile_store_i64(got.p, st, l, n, dt);
+        if (dom == 0)
+            tpu_tile_store_f32(got.p, st, f, n, dt);
+        else if (dom == 1)
+            tpu_tile_store_f64(got.p, st, d, n, dt);
+        else
+            tpu_tile_store_i64(got.p, st, l, n, dt);
         CHECK_MSG(memcmp(got.mem, want.mem, sizeof got.mem) == 0 && row_sentinels_ok(&got),
                   "store %s domain %d stride %lld n %lld", tpu_dtype_name(dt), dom, (long long)st, (long long)n);
     }
@@ -249,13 +252,12 @@ static void test_row_loads(void) { each_row_case(row_loads_case); }
 static void test_row_stores(void) { each_row_case(row_stores_case); }
 
 /* The offset-table forms against the strided ones on a scrambled table. */
-static void test_row_tables(void)
-{
+static void test_row_tables(void) {
     int64_t off[MAXN];
     for (int k = 0; k < TPU_DTYPE_COUNT; k++) {
         tpu_dtype dt = (tpu_dtype)k;
         int64_t n = 300;
-        for (int64_t i = 0; i < n; i++) off[i] = (i * 7) % n;      /* a permutation of [0, n) */
+        for (int64_t i = 0; i < n; i++) off[i] = (i * 7) % n; /* a permutation of [0, n) */
         row r;
         row_init(&r, dt, 1, n);
         for (int64_t i = 0; i < n; i++) tpu_store_f64(at(&r, i, 1), dt, sample(dt, i, true));
@@ -284,8 +286,7 @@ static void test_row_tables(void)
     }
 }
 
-int main(void)
-{
+int main(void) {
     RUN_TEST(test_f16_to_f32_all);
     RUN_TEST(test_f32_to_f16);
     RUN_TEST(test_bf16_vectors);

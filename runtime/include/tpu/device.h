@@ -18,18 +18,18 @@ extern "C" {
 #endif
 
 typedef enum tpu_mxu_kind {
-    TPU_MXU_PORTABLE = 0,   /* plain C */
-    TPU_MXU_AVX512_BF16,    /* vdpbf16ps */
-    TPU_MXU_AMX,            /* AMX-BF16 tiles */
-    TPU_MXU_AVX2_FMA,       /* vfmadd231ps on ymm; bf16 / f16 widened to fp32 when packed */
+    TPU_MXU_PORTABLE = 0, /* plain C */
+    TPU_MXU_AVX512_BF16,  /* vdpbf16ps */
+    TPU_MXU_AMX,          /* AMX-BF16 tiles */
+    TPU_MXU_AVX2_FMA,     /* vfmadd231ps on ymm; bf16 / f16 widened to fp32 when packed */
     TPU_MXU_COUNT
 } tpu_mxu_kind;
 
 typedef struct tpu_device_props {
     char name[64];
-    size_t hbm_bytes;        /* capacity of device memory */
-    tpu_mxu_kind mxu;        /* matrix unit found on this host */
-    int num_workers;         /* compute threads a kernel may use */
+    size_t hbm_bytes; /* capacity of device memory */
+    tpu_mxu_kind mxu; /* matrix unit found on this host */
+    int num_workers;  /* compute threads a kernel may use */
     int index;
 } tpu_device_props;
 

@@ -18,12 +18,12 @@ extern "C" {
 typedef struct tpu_stream *tpu_stream_t;
 
 typedef struct tpu_mem_stats {
-    size_t allocated, peak_allocated;   /* bytes in live blocks */
-    size_t reserved, peak_reserved;     /* bytes held by the allocator (live + cached) */
+    size_t allocated, peak_allocated; /* bytes in live blocks */
+    size_t reserved, peak_reserved;   /* bytes held by the allocator (live + cached) */
     uint64_t num_allocs, num_frees;
     uint64_t num_ooms;
-    uint64_t num_cache_flushes;         /* cache emptied to satisfy a request */
-    size_t capacity;                    /* HBM capacity */
+    uint64_t num_cache_flushes; /* cache emptied to satisfy a request */
+    size_t capacity;            /* HBM capacity */
 } tpu_mem_stats;
 
 /* Allocate `bytes` on `dev` for use on `stream` (NULL = default stream).
@@ -55,9 +55,7 @@ tpu_status tpu_host_alloc(size_t bytes, void **out);
 tpu_status tpu_host_free(void *p);
 bool tpu_host_is_pinned(const void *p);
 
-typedef enum tpu_copy_kind {
-    TPU_COPY_H2D = 0, TPU_COPY_D2H, TPU_COPY_D2D, TPU_COPY_KIND_COUNT
-} tpu_copy_kind;
+typedef enum tpu_copy_kind { TPU_COPY_H2D = 0, TPU_COPY_D2H, TPU_COPY_D2D, TPU_COPY_KIND_COUNT } tpu_copy_kind;
 
 /* Copy `bytes` in stream order. Synchronous form waits for the copy (and so
  * for the work queued before it); asynchronous form returns at once unless

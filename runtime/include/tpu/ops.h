@@ -21,7 +21,7 @@ extern "C" {
 
 /* PyTorch's own limit for device kernels (CUDA's MAX_DIMS). Kernels drop
  * size-1 dims and merge contiguous ones, so rank costs nothing at run time. */
-#define TPU_MAX_DIMS 25
+#define TPU_MAX_DIMS     25
 #define TPU_MAX_OPERANDS 8
 
 typedef enum tpu_op {
@@ -33,8 +33,16 @@ typedef enum tpu_op {
 
 /* What the graph engine may do with an op (the CLASS column of ops.def). */
 typedef enum tpu_op_class {
-    TPU_CLASS_NULLARY, TPU_CLASS_UNARY, TPU_CLASS_BINARY, TPU_CLASS_TERNARY, TPU_CLASS_MOVE,
-    TPU_CLASS_REDUCTION, TPU_CLASS_SCAN, TPU_CLASS_MATMUL, TPU_CLASS_RANDOM, TPU_CLASS_OPAQUE,
+    TPU_CLASS_NULLARY,
+    TPU_CLASS_UNARY,
+    TPU_CLASS_BINARY,
+    TPU_CLASS_TERNARY,
+    TPU_CLASS_MOVE,
+    TPU_CLASS_REDUCTION,
+    TPU_CLASS_SCAN,
+    TPU_CLASS_MATMUL,
+    TPU_CLASS_RANDOM,
+    TPU_CLASS_OPAQUE,
     TPU_CLASS_COUNT
 } tpu_op_class;
 
@@ -42,36 +50,46 @@ typedef enum tpu_op_class {
  * TPU_FAM_<ENUM>, its fast kernel tpu_k_<fast> (runtime/src/kernels/) and its
  * reference tpu_ref_<ref> (runtime/src/ref/); the runtime's dispatch tables
  * and prototypes are generated from it. */
+/* clang-format off */
 #define TPU_FAMILIES(X)                                                                       \
     X(EW, elementwise, ew) X(RED, reduce, red) X(SCAN, scan, scan) X(GEMM, gemm, gemm)         \
     X(SOFTMAX, softmax, softmax) X(LOSS, loss, loss) X(NORM, norm, norm) X(INDEX, index, index) \
     X(RANDOM, random, random) X(OPTIM, optim, optim) X(SHAPE, shape, shape) X(RNN, rnn, rnn)
+/* clang-format on */
 
 typedef enum tpu_op_family {
 #define TPU_FAM_ENUM_(e, fast, ref) TPU_FAM_##e,
     TPU_FAMILIES(TPU_FAM_ENUM_)
 #undef TPU_FAM_ENUM_
-    TPU_FAM_COUNT
+        TPU_FAM_COUNT
 } tpu_op_family;
 
 /* Same order as c10::ScalarType's first entries is NOT assumed; the glue maps. */
 typedef enum tpu_dtype {
-    TPU_F32 = 0, TPU_F64, TPU_F16, TPU_BF16,
-    TPU_U8, TPU_I8, TPU_I16, TPU_I32, TPU_I64, TPU_BOOL,
+    TPU_F32 = 0,
+    TPU_F64,
+    TPU_F16,
+    TPU_BF16,
+    TPU_U8,
+    TPU_I8,
+    TPU_I16,
+    TPU_I32,
+    TPU_I64,
+    TPU_BOOL,
     TPU_DTYPE_COUNT
 } tpu_dtype;
 
 /* A view of device memory (or a host scalar). All fields are values; `base`
  * is a borrowed device address of the whole storage. */
 typedef struct tpu_tensor {
-    void *base;                     /* storage start (device address); NULL if is_scalar */
-    size_t nbytes;                  /* storage size, for bounds checks */
-    int64_t offset;                 /* in elements */
-    int32_t dtype;                  /* tpu_dtype */
+    void *base;     /* storage start (device address); NULL if is_scalar */
+    size_t nbytes;  /* storage size, for bounds checks */
+    int64_t offset; /* in elements */
+    int32_t dtype;  /* tpu_dtype */
     int32_t ndim;
     int64_t sizes[TPU_MAX_DIMS];
-    int64_t strides[TPU_MAX_DIMS];  /* in elements; 0 = broadcast */
-    int32_t is_scalar;              /* host scalar: value in f (float dtypes) or i */
+    int64_t strides[TPU_MAX_DIMS]; /* in elements; 0 = broadcast */
+    int32_t is_scalar;             /* host scalar: value in f (float dtypes) or i */
     double f;
     int64_t i;
 } tpu_tensor;
@@ -79,7 +97,7 @@ typedef struct tpu_tensor {
 typedef struct tpu_params {
     double f[6];
     int64_t i[6];
-    int32_t compute_dtype;          /* elementwise: dtype inputs are promoted to */
+    int32_t compute_dtype; /* elementwise: dtype inputs are promoted to */
 } tpu_params;
 
 /* Named, typed parameters (the PARAMS column of ops.def): per op a struct
@@ -93,46 +111,48 @@ typedef struct tpu_params {
  * and TPU_PSEQ(seq) applies TPU_PSEQ_M(kind, slot, name) - which the user
  * of the sequence defines - to each element. P, PF and PI are defined only
  * around an include of ops.def (they are short names). */
-#define TPU_CAT_(a, b) TPU_CAT2_(a, b)
-#define TPU_CAT2_(a, b) a##b
-#define TPU_PSEQ(seq) TPU_CAT_(TPU_PSEQ_A seq, _END)
+#define TPU_CAT_(a, b)      TPU_CAT2_(a, b)
+#define TPU_CAT2_(a, b)     a##b
+#define TPU_PSEQ(seq)       TPU_CAT_(TPU_PSEQ_A seq, _END)
 #define TPU_PSEQ_A(k, s, n) TPU_PSEQ_M(k, s, n) TPU_PSEQ_B
 #define TPU_PSEQ_B(k, s, n) TPU_PSEQ_M(k, s, n) TPU_PSEQ_A
 #define TPU_PSEQ_A_END
 #define TPU_PSEQ_B_END
 #define TPU_P_TYPE_F double
 #define TPU_P_TYPE_I int64_t
-#define TPU_P_ARR_F f
-#define TPU_P_ARR_I i
+#define TPU_P_ARR_F  f
+#define TPU_P_ARR_I  i
 
-#define P(...) __VA_ARGS__
+#define P(...)              __VA_ARGS__
 #define PF(slot, name, ...) (F, slot, name)
 #define PI(slot, name, ...) (I, slot, name)
 #define TPU_PSEQ_M(k, s, n) TPU_P_TYPE_##k n;
 #define TPU_OP(e, name, fam, nout, nmin, nmax, dtypes, cls, params, ...) \
-    typedef struct tpu_args_##e { TPU_PSEQ(params) char reserved_; } tpu_args_##e;
+    typedef struct tpu_args_##e {                                        \
+        TPU_PSEQ(params) char reserved_;                                 \
+    } tpu_args_##e;
 #include "ops.def"
 #undef TPU_OP
 #undef TPU_PSEQ_M
 #define TPU_PSEQ_M(k, s, n) p.TPU_P_ARR_##k[s] = a.n;
-#define TPU_OP(e, name, fam, nout, nmin, nmax, dtypes, cls, params, ...)     \
-    static inline tpu_params tpu_pack_##e(tpu_args_##e a) {                  \
-        tpu_params p = { { 0 }, { 0 }, 0 };                                  \
-        TPU_PSEQ(params)                                                     \
-        (void)a;                                                             \
-        return p;                                                            \
+#define TPU_OP(e, name, fam, nout, nmin, nmax, dtypes, cls, params, ...) \
+    static inline tpu_params tpu_pack_##e(tpu_args_##e a) {              \
+        tpu_params p = {{0}, {0}, 0};                                    \
+        TPU_PSEQ(params)                                                 \
+        (void)a;                                                         \
+        return p;                                                        \
     }
 #include "ops.def"
 #undef TPU_OP
 #undef TPU_PSEQ_M
 #define TPU_PSEQ_M(k, s, n) a.n = p->TPU_P_ARR_##k[s];
-#define TPU_OP(e, name, fam, nout, nmin, nmax, dtypes, cls, params, ...)     \
-    static inline tpu_args_##e tpu_unpack_##e(const tpu_params *p) {         \
-        tpu_args_##e a;                                                      \
-        a.reserved_ = 0;                                                     \
-        TPU_PSEQ(params)                                                     \
-        (void)p;                                                             \
-        return a;                                                            \
+#define TPU_OP(e, name, fam, nout, nmin, nmax, dtypes, cls, params, ...) \
+    static inline tpu_args_##e tpu_unpack_##e(const tpu_params *p) {     \
+        tpu_args_##e a;                                                  \
+        a.reserved_ = 0;                                                 \
+        TPU_PSEQ(params)                                                 \
+        (void)p;                                                         \
+        return a;                                                        \
     }
 #include "ops.def"
 #undef TPU_OP
@@ -141,9 +161,9 @@ typedef struct tpu_params {
 #undef PF
 #undef PI
 #ifdef __cplusplus
-#define TPU_PARAMS(OP, ...) tpu_pack_##OP({ __VA_ARGS__ })
+#define TPU_PARAMS(OP, ...) tpu_pack_##OP({__VA_ARGS__})
 #else
-#define TPU_PARAMS(OP, ...) tpu_pack_##OP((tpu_args_##OP){ __VA_ARGS__ })
+#define TPU_PARAMS(OP, ...) tpu_pack_##OP((tpu_args_##OP){__VA_ARGS__})
 #endif
 
 /* Run `op` on `stream` (NULL = current stream of the calling thread's device). */

@@ -13,17 +13,17 @@ extern "C" {
 
 typedef enum tpu_status {
     TPU_OK = 0,
-    TPU_ERROR_INVALID_VALUE,    /* bad argument from the caller */
-    TPU_ERROR_INVALID_DEVICE,   /* device index out of range */
-    TPU_ERROR_OUT_OF_MEMORY,    /* device or host allocation failed */
-    TPU_ERROR_OVERFLOW,         /* a byte count computed from sizes overflows */
-    TPU_ERROR_NOT_READY,        /* query: work still pending (not a failure) */
-    TPU_ERROR_KERNEL,           /* a kernel failed while running (asynchronous) */
-    TPU_ERROR_NOT_SUPPORTED,    /* op/dtype combination has no kernel */
-    TPU_ERROR_FORKED,           /* runtime used in a forked child after init */
+    TPU_ERROR_INVALID_VALUE,  /* bad argument from the caller */
+    TPU_ERROR_INVALID_DEVICE, /* device index out of range */
+    TPU_ERROR_OUT_OF_MEMORY,  /* device or host allocation failed */
+    TPU_ERROR_OVERFLOW,       /* a byte count computed from sizes overflows */
+    TPU_ERROR_NOT_READY,      /* query: work still pending (not a failure) */
+    TPU_ERROR_KERNEL,         /* a kernel failed while running (asynchronous) */
+    TPU_ERROR_NOT_SUPPORTED,  /* op/dtype combination has no kernel */
+    TPU_ERROR_FORKED,         /* runtime used in a forked child after init */
     TPU_ERROR_INTERNAL,
-    TPU_ERROR_DEVICE_MISMATCH,  /* operands on different chips (PyTorch raises RuntimeError) */
-    TPU_ERROR_INTERRUPTED,      /* a host wait was interrupted (SIGINT); the work still runs */
+    TPU_ERROR_DEVICE_MISMATCH, /* operands on different chips (PyTorch raises RuntimeError) */
+    TPU_ERROR_INTERRUPTED,     /* a host wait was interrupted (SIGINT); the work still runs */
     TPU_STATUS_COUNT
 } tpu_status;
 

@@ -27,8 +27,8 @@ extern "C" {
 
 typedef struct tpu_event *tpu_event_t;
 
-#define TPU_STREAM_POOL_SIZE 32       /* queues per chip and priority, besides the default one */
-#define TPU_STREAM_QUEUE_DEPTH 1024   /* commands queued before a launch waits (as CUDA's ~1024) */
+#define TPU_STREAM_POOL_SIZE   32   /* queues per chip and priority, besides the default one */
+#define TPU_STREAM_QUEUE_DEPTH 1024 /* commands queued before a launch waits (as CUDA's ~1024) */
 
 /* Next queue of the pool for `priority` (0 or more: low, the default stream's;
  * negative: high, as in PyTorch where lower numbers are higher priority). The

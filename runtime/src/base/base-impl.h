@@ -18,26 +18,26 @@ tpu_status tpu_set_error(tpu_status s, const char *fmt, ...) __attribute__((form
 
 /* The dtype rule column of ops.def (see its header): bit (1 << tpu_dtype) per
  * accepted dtype, plus flags saying which operands the rule applies to. */
-#define DT_F32  (1u << TPU_F32)
-#define DT_F64  (1u << TPU_F64)
-#define DT_F16  (1u << TPU_F16)
-#define DT_BF16 (1u << TPU_BF16)
-#define DT_BOOL (1u << TPU_BOOL)
-#define DT_FLOAT (DT_F32 | DT_F64 | DT_F16 | DT_BF16)
-#define DT_INT ((1u << TPU_U8) | (1u << TPU_I8) | (1u << TPU_I16) | (1u << TPU_I32) | (1u << TPU_I64))
-#define DT_NUM (DT_FLOAT | DT_INT)
-#define DT_ALL (DT_NUM | DT_BOOL)
-#define DT_MASK 0xffffu
-#define DT_OUT (1u << 16)        /* the rule applies to output 0 */
-#define DT_IN_FLOAT (1u << 17)   /* and every tensor input must be floating */
-#define DT_PRED (1u << 18)       /* a predicate: the output is bool */
-#define DT_DIVISOR (1u << 19)    /* integer domain: input 1 is a divisor (0 fails) */
+#define DT_F32      (1u << TPU_F32)
+#define DT_F64      (1u << TPU_F64)
+#define DT_F16      (1u << TPU_F16)
+#define DT_BF16     (1u << TPU_BF16)
+#define DT_BOOL     (1u << TPU_BOOL)
+#define DT_FLOAT    (DT_F32 | DT_F64 | DT_F16 | DT_BF16)
+#define DT_INT      ((1u << TPU_U8) | (1u << TPU_I8) | (1u << TPU_I16) | (1u << TPU_I32) | (1u << TPU_I64))
+#define DT_NUM      (DT_FLOAT | DT_INT)
+#define DT_ALL      (DT_NUM | DT_BOOL)
+#define DT_MASK     0xffffu
+#define DT_OUT      (1u << 16) /* the rule applies to output 0 */
+#define DT_IN_FLOAT (1u << 17) /* and every tensor input must be floating */
+#define DT_PRED     (1u << 18) /* a predicate: the output is bool */
+#define DT_DIVISOR  (1u << 19) /* integer domain: input 1 is a divisor (0 fails) */
 
 typedef struct tpu_op_info {
     int nout, nin_min, nin_max;
-    unsigned dtypes;      /* DT_* rule and flags */
+    unsigned dtypes; /* DT_* rule and flags */
     tpu_op_class cls;
-    bool int_form;        /* elementwise: computes in int64 for integer/bool compute dtypes */
+    bool int_form; /* elementwise: computes in int64 for integer/bool compute dtypes */
 } tpu_op_info;
 extern const tpu_op_info tpu_op_infos[];
 
@@ -54,10 +54,10 @@ tpu_status tpu_op_check_dtypes(tpu_op op, const tpu_tensor *t, int n, const tpu_
  * tpu_kernel_fail(), which names the op. */
 typedef struct tpu_kargs {
     tpu_op op;
-    int n;                               /* operands: outputs first */
-    tpu_tensor t[TPU_MAX_OPERANDS];      /* t[k].base is a host pointer here */
+    int n;                          /* operands: outputs first */
+    tpu_tensor t[TPU_MAX_OPERANDS]; /* t[k].base is a host pointer here */
     tpu_params p;
-    char err[256];                       /* filled by tpu_kernel_fail */
+    char err[256]; /* filled by tpu_kernel_fail */
 } tpu_kargs;
 
 typedef tpu_status (*tpu_kernel_fn)(tpu_kargs *a);
@@ -67,8 +67,7 @@ typedef tpu_status (*tpu_kernel_fn)(tpu_kargs *a);
 tpu_status tpu_run_by_family(const tpu_kernel_fn *by_family, tpu_kargs *a);
 
 /* Record a kernel failure; returns TPU_ERROR_KERNEL for `return tpu_kernel_fail(...)`. */
-tpu_status tpu_kernel_fail(tpu_kargs *a, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+tpu_status tpu_kernel_fail(tpu_kargs *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Element pointer helpers. */
 static inline char *tpu_elem_ptr(const tpu_tensor *t, int64_t elem_off) {
@@ -77,16 +76,34 @@ static inline char *tpu_elem_ptr(const tpu_tensor *t, int64_t elem_off) {
 
 /* bf16 / f16 conversions (round to nearest even). */
 static inline float tpu_bf16_to_f32(uint16_t h) {
-    union { uint32_t u; float f; } v; v.u = (uint32_t)h << 16; return v.f;
+    union {
+        uint32_t u;
+        float f;
+    } v;
+    v.u = (uint32_t)h << 16;
+    return v.f;
 }
 static inline uint16_t tpu_f32_to_bf16(float f) {
-    union { uint32_t u; float f; } v; v.f = f;
+    union {
+        uint32_t u;
+        float f;
+    } v;
+    v.f = f;
     if ((v.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((v.u >> 16) | 0x40); /* quiet NaN */
     uint32_t r = 0x7fffu + ((v.u >> 16) & 1u);
     return (uint16_t)((v.u + r) >> 16);
 }
-static inline float tpu_f16_to_f32(uint16_t h) { _Float16 x; __builtin_memcpy(&x, &h, 2); return (float)x; }
-static inline uint16_t tpu_f32_to_f16(float f) { _Float16 x = (_Float16)f; uint16_t h; __builtin_memcpy(&h, &x, 2); return h; }
+static inline float tpu_f16_to_f32(uint16_t h) {
+    _Float16 x;
+    __builtin_memcpy(&x, &h, 2);
+    return (float)x;
+}
+static inline uint16_t tpu_f32_to_f16(float f) {
+    _Float16 x = (_Float16)f;
+    uint16_t h;
+    __builtin_memcpy(&h, &x, 2);
+    return h;
+}
 
 /* Generic load/store of one element converted to/from double and int64. */
 double tpu_load_f64(const void *p, tpu_dtype dt);

@@ -19,9 +19,9 @@ static const tpu_op_family op_fams[] = {
 _Static_assert(sizeof(op_names) / sizeof(op_names[0]) == TPU_OP_COUNT, "op name table");
 
 const tpu_op_info tpu_op_infos[TPU_OP_COUNT] = {
-#define EXPR(f, i) TPU_EXPR_HAS_I(f, i)
-#define NOEXPR 0
-#define TPU_OP(e, name, fam, nout, nmin, nmax, dtypes, cls, params, ex) { nout, nmin, nmax, dtypes, TPU_CLASS_##cls, ex },
+#define EXPR(f, i)                                                      TPU_EXPR_HAS_I(f, i)
+#define NOEXPR                                                          0
+#define TPU_OP(e, name, fam, nout, nmin, nmax, dtypes, cls, params, ex) {nout, nmin, nmax, dtypes, TPU_CLASS_##cls, ex},
 #include "tpu/ops.def"
 #undef TPU_OP
 #undef EXPR
@@ -30,26 +30,26 @@ const tpu_op_info tpu_op_infos[TPU_OP_COUNT] = {
 
 /* ops.def's columns agree with each other: an elementwise class has the
  * family and the arity it names; parameter slots exist and are distinct. */
-#define P(...) __VA_ARGS__
+#define P(...)              __VA_ARGS__
 #define PF(slot, name, ...) (F, slot, name)
 #define PI(slot, name, ...) (I, slot, name)
-#define OPP_SHIFT_F 0
-#define OPP_SHIFT_I 8
+#define OPP_SHIFT_F         0
+#define OPP_SHIFT_I         8
 #define TPU_PSEQ_M(k, s, n) | (1u << ((s) + OPP_SHIFT_##k))
-#define TPU_OP(e, name, fam, nout, nmin, nmax, dtypes, cls, params, ...)                                  \
-    _Static_assert(TPU_CLASS_##cls > TPU_CLASS_TERNARY ||                                              \
-                   (TPU_FAM_##fam == TPU_FAM_EW && nout == 1 && nmin == nmax &&                        \
-                    (TPU_CLASS_##cls != TPU_CLASS_UNARY || nmin == 1) &&                              \
-                    (TPU_CLASS_##cls != TPU_CLASS_BINARY || nmin == 2) &&                             \
-                    (TPU_CLASS_##cls != TPU_CLASS_TERNARY || nmin == 3)), #e ": class, family and arity"); \
-    _Static_assert((0u TPU_PSEQ(params)) < (1u << 14) && ((0u TPU_PSEQ(params)) & 0xc0u) == 0,       \
-                   #e ": parameter slots are 0..5");                                                   \
+#define TPU_OP(e, name, fam, nout, nmin, nmax, dtypes, cls, params, ...)                                               \
+    _Static_assert(TPU_CLASS_##cls > TPU_CLASS_TERNARY || (TPU_FAM_##fam == TPU_FAM_EW && nout == 1 && nmin == nmax && \
+                                                           (TPU_CLASS_##cls != TPU_CLASS_UNARY || nmin == 1) &&        \
+                                                           (TPU_CLASS_##cls != TPU_CLASS_BINARY || nmin == 2) &&       \
+                                                           (TPU_CLASS_##cls != TPU_CLASS_TERNARY || nmin == 3)),       \
+                   #e ": class, family and arity");                                                                    \
+    _Static_assert((0u TPU_PSEQ(params)) < (1u << 14) && ((0u TPU_PSEQ(params)) & 0xc0u) == 0,                         \
+                   #e ": parameter slots are 0..5");                                                                   \
     enum { OPP_##e = 0 TPU_PSEQ(params) };
 #include "tpu/ops.def"
 #undef TPU_OP
 #undef TPU_PSEQ_M
-#define TPU_PSEQ_M(k, s, n) + 1
-#define TPU_OP(e, name, fam, nout, nmin, nmax, dtypes, cls, params, ...)                                  \
+#define TPU_PSEQ_M(k, s, n) +1
+#define TPU_OP(e, name, fam, nout, nmin, nmax, dtypes, cls, params, ...) \
     _Static_assert(__builtin_popcount(OPP_##e) == 0 TPU_PSEQ(params), #e ": two parameters in one slot");
 #include "tpu/ops.def"
 #undef TPU_OP
@@ -60,22 +60,25 @@ const tpu_op_info tpu_op_infos[TPU_OP_COUNT] = {
 #undef OPP_SHIFT_F
 #undef OPP_SHIFT_I
 
-tpu_op_class tpu_op_class_of(tpu_op op) { return (unsigned)op < TPU_OP_COUNT ? tpu_op_infos[op].cls : TPU_CLASS_OPAQUE; }
+tpu_op_class tpu_op_class_of(tpu_op op) {
+    return (unsigned)op < TPU_OP_COUNT ? tpu_op_infos[op].cls : TPU_CLASS_OPAQUE;
+}
 
 const char *tpu_op_name(tpu_op op) { return (unsigned)op < TPU_OP_COUNT ? op_names[op] : "?"; }
 tpu_op_family tpu_op_family_of(tpu_op op) { return (unsigned)op < TPU_OP_COUNT ? op_fams[op] : TPU_FAM_COUNT; }
 
-static const size_t dt_size[TPU_DTYPE_COUNT] = { 4, 8, 2, 2, 1, 1, 2, 4, 8, 1 };
-static const char *const dt_name[TPU_DTYPE_COUNT] = {
-    "float32", "float64", "float16", "bfloat16", "uint8", "int8", "int16", "int32", "int64", "bool" };
+static const size_t dt_size[TPU_DTYPE_COUNT] = {4, 8, 2, 2, 1, 1, 2, 4, 8, 1};
+static const char *const dt_name[TPU_DTYPE_COUNT] = {"float32", "float64", "float16", "bfloat16", "uint8",
+                                                     "int8",    "int16",   "int32",   "int64",    "bool"};
 _Static_assert(TPU_DTYPE_COUNT == 10, "dtype tables");
 
 /* PyTorch's names (c10::toString), for messages users search for. */
-static const char *const dt_torch_name[TPU_DTYPE_COUNT] = {
-    "Float", "Double", "Half", "BFloat16", "Byte", "Char", "Short", "Int", "Long", "Bool" };
+static const char *const dt_torch_name[TPU_DTYPE_COUNT] = {"Float", "Double", "Half", "BFloat16", "Byte",
+                                                           "Char",  "Short",  "Int",  "Long",     "Bool"};
 
 static tpu_status dtype_refused(tpu_op op, tpu_dtype dt) {
-    return tpu_set_error(TPU_ERROR_NOT_SUPPORTED, "\"%s\" not implemented for '%s'", tpu_op_name(op), dt_torch_name[dt]);
+    return tpu_set_error(TPU_ERROR_NOT_SUPPORTED, "\"%s\" not implemented for '%s'", tpu_op_name(op),
+                         dt_torch_name[dt]);
 }
 
 tpu_status tpu_op_check_dtypes(tpu_op op, const tpu_tensor *t, int n, const tpu_params *p) {
@@ -84,7 +87,7 @@ tpu_status tpu_op_check_dtypes(tpu_op op, const tpu_tensor *t, int n, const tpu_
     int32_t dt = t[0].dtype;
     if (!(rule & DT_OUT) && op_fams[op] == TPU_FAM_EW) {
         dt = p->compute_dtype;
-    } else if (!(rule & DT_OUT)) {          /* the first tensor input (an absent optional one is a host scalar) */
+    } else if (!(rule & DT_OUT)) { /* the first tensor input (an absent optional one is a host scalar) */
         int k = nout;
         while (k < n && t[k].is_scalar) k++;
         if (k == n) return TPU_OK;
@@ -95,7 +98,8 @@ tpu_status tpu_op_check_dtypes(tpu_op op, const tpu_tensor *t, int n, const tpu_
     if (!(rule & (1u << dt))) return dtype_refused(op, (tpu_dtype)dt);
     if (rule & DT_IN_FLOAT)
         for (int k = nout; k < n; k++)
-            if (!t[k].is_scalar && !tpu_dtype_is_float((tpu_dtype)t[k].dtype)) return dtype_refused(op, (tpu_dtype)t[k].dtype);
+            if (!t[k].is_scalar && !tpu_dtype_is_float((tpu_dtype)t[k].dtype))
+                return dtype_refused(op, (tpu_dtype)t[k].dtype);
     return TPU_OK;
 }
 
@@ -190,14 +194,22 @@ void tpu_tensor_contiguous(tpu_tensor *t, void *base, tpu_dtype dt, int ndim, co
 }
 
 tpu_tensor tpu_tensor_scalar_f(double v, tpu_dtype dt) {
-    tpu_tensor t; memset(&t, 0, sizeof t);
-    t.is_scalar = 1; t.dtype = dt; t.f = v; t.i = (int64_t)v;
+    tpu_tensor t;
+    memset(&t, 0, sizeof t);
+    t.is_scalar = 1;
+    t.dtype = dt;
+    t.f = v;
+    t.i = (int64_t)v;
     return t;
 }
 
 tpu_tensor tpu_tensor_scalar_i(int64_t v, tpu_dtype dt) {
-    tpu_tensor t; memset(&t, 0, sizeof t);
-    t.is_scalar = 1; t.dtype = dt; t.i = v; t.f = (double)v;
+    tpu_tensor t;
+    memset(&t, 0, sizeof t);
+    t.is_scalar = 1;
+    t.dtype = dt;
+    t.i = v;
+    t.f = (double)v;
     return t;
 }
 

@@ -9,14 +9,19 @@
  *   TPU_EXPR_PARAM_I(slot) the value of integer parameter `slot` as a T
  * Each case declares the op's parameters as const locals of their ops.def
  * names, runs TPU_EXPR_BODY and breaks. Ops of other classes get no case. */
-#define P(...) __VA_ARGS__
+#define P(...)              __VA_ARGS__
 #define PF(slot, name, ...) (F, slot, name)
 #define PI(slot, name, ...) (I, slot, name)
-#define EXPR(f, i) TPU_EXPR_FORM(f, i)
-#define TPU_PSEQ_M(k, s, n) const T n = TPU_EXPR_PARAM_##k(s); (void)n;
-#define TPU_EXPR_CASE_(e, params, ex) case TPU_OP_##e: { TPU_PSEQ(params) TPU_EXPR_BODY(ex) } break;
-#define TPU_EXPR_CASE_UNARY TPU_EXPR_CASE_
-#define TPU_EXPR_CASE_BINARY TPU_EXPR_CASE_
+#define EXPR(f, i)          TPU_EXPR_FORM(f, i)
+#define TPU_PSEQ_M(k, s, n)            \
+    const T n = TPU_EXPR_PARAM_##k(s); \
+    (void)n;
+#define TPU_EXPR_CASE_(e, params, ex)      \
+    case TPU_OP_##e: {                     \
+        TPU_PSEQ(params) TPU_EXPR_BODY(ex) \
+    } break;
+#define TPU_EXPR_CASE_UNARY   TPU_EXPR_CASE_
+#define TPU_EXPR_CASE_BINARY  TPU_EXPR_CASE_
 #define TPU_EXPR_CASE_TERNARY TPU_EXPR_CASE_
 #define TPU_EXPR_CASE_NULLARY(e, params, ex)
 #define TPU_EXPR_CASE_MOVE(e, params, ex)

@@ -7,14 +7,14 @@
 
 static _Atomic(const tpu_compute_iface *) compute;
 
-void tpu_kernels_set_compute(const tpu_compute_iface *c) {
-    atomic_store_explicit(&compute, c, memory_order_release);
-}
+void tpu_kernels_set_compute(const tpu_compute_iface *c) { atomic_store_explicit(&compute, c, memory_order_release); }
 
 void tpu_parallel_for(int64_t n, int64_t grain, void (*fn)(void *ctx, int64_t b, int64_t e), void *ctx) {
     const tpu_compute_iface *c = atomic_load_explicit(&compute, memory_order_acquire);
-    if (c) c->parallel_for(n, grain, fn, ctx);
-    else if (n > 0) fn(ctx, 0, n);
+    if (c)
+        c->parallel_for(n, grain, fn, ctx);
+    else if (n > 0)
+        fn(ctx, 0, n);
 }
 
 int tpu_compute_workers(void) {

@@ -38,12 +38,12 @@
 #include <stdbool.h>
 #include <string.h>
 
-#define EW_TILE TPU_TILE
-#define EW_GRAIN 32768
-#define EW_NOP 4                        /* output + up to 3 inputs */
-#define EW_SQRT1_2 0.70710678118654752440   /* GELU: 1/sqrt(2) */
-#define EW_KBETA 0.79788456080286535588     /* GELU tanh form: sqrt(2/pi) */
-#define EW_KPDF 0.39894228040143267794      /* 1/sqrt(2*pi) */
+#define EW_TILE    TPU_TILE
+#define EW_GRAIN   32768
+#define EW_NOP     4                      /* output + up to 3 inputs */
+#define EW_SQRT1_2 0.70710678118654752440 /* GELU: 1/sqrt(2) */
+#define EW_KBETA   0.79788456080286535588 /* GELU tanh form: sqrt(2/pi) */
+#define EW_KPDF    0.39894228040143267794 /* 1/sqrt(2*pi) */
 
 /* Math helpers must inline into each ISA clone of the tile functions. */
 
@@ -60,10 +60,10 @@ enum { EW_POW_GENERIC, EW_POW_RECIP, EW_POW_SQ, EW_POW_CUBE, EW_POW_RSQ };
 typedef struct ew_par {
     float ff[6];
     double fd[6];
-    int64_t fi[6];                      /* f[] as int64 (saturating) */
-    int64_t pi[6];                      /* i[] */
-    int pow_mode;                       /* POW with a host-scalar exponent */
-    bool cbool;                         /* compute dtype bool */
+    int64_t fi[6]; /* f[] as int64 (saturating) */
+    int64_t pi[6]; /* i[] */
+    int pow_mode;  /* POW with a host-scalar exponent */
+    bool cbool;    /* compute dtype bool */
 } ew_par;
 
 typedef struct ew_ctx {
@@ -73,7 +73,7 @@ typedef struct ew_ctx {
     int64_t numel, chunk_max;
     int64_t sz[TPU_MAX_DIMS];
     int64_t st[EW_NOP][TPU_MAX_DIMS];
-    char *base[EW_NOP];                 /* element 0 of each operand */
+    char *base[EW_NOP]; /* element 0 of each operand */
     tpu_dtype dt[EW_NOP];
     size_t esz[EW_NOP];
     bool scalar[EW_NOP], direct[EW_NOP];
@@ -190,18 +190,18 @@ EW_INLINE float ew_truncf(float x) {
 #undef SEL
 #undef MAXN
 #undef MINN
-#define EXP(v) _Generic((v), float: ew_expf, default: exp)(v)
-#define EXPM1(v) _Generic((v), float: ew_expm1f, default: expm1)(v)
-#define LOG(v) _Generic((v), float: ew_logf, default: log)(v)
-#define LOG1P(v) _Generic((v), float: ew_log1pf, default: log1p)(v)
-#define TANH(v) _Generic((v), float: ew_tanhf, default: tanh)(v)
-#define ERF_GELU(v) _Generic((v), float: ew_erf_gelu_f, default: erf)(v)
-#define FLOOR(v) _Generic((v), float: ew_floorf, default: floor)(v)
-#define CEIL(v) _Generic((v), float: ew_ceilf, default: ceil)(v)
-#define TRUNC(v) _Generic((v), float: ew_truncf, default: trunc)(v)
+#define EXP(v)       _Generic((v), float: ew_expf, default: exp)(v)
+#define EXPM1(v)     _Generic((v), float: ew_expm1f, default: expm1)(v)
+#define LOG(v)       _Generic((v), float: ew_logf, default: log)(v)
+#define LOG1P(v)     _Generic((v), float: ew_log1pf, default: log1p)(v)
+#define TANH(v)      _Generic((v), float: ew_tanhf, default: tanh)(v)
+#define ERF_GELU(v)  _Generic((v), float: ew_erf_gelu_f, default: erf)(v)
+#define FLOOR(v)     _Generic((v), float: ew_floorf, default: floor)(v)
+#define CEIL(v)      _Generic((v), float: ew_ceilf, default: ceil)(v)
+#define TRUNC(v)     _Generic((v), float: ew_truncf, default: trunc)(v)
 #define SEL(c, a, b) _Generic((a), float: ew_self, double: ew_seld, default: ew_seli)((c), (a), (b))
-#define MAXN(a, b) _Generic((a), float: ew_maxnf, double: ew_maxnd, default: tpu_max_i)(a, b)
-#define MINN(a, b) _Generic((a), float: ew_minnf, double: ew_minnd, default: tpu_min_i)(a, b)
+#define MAXN(a, b)   _Generic((a), float: ew_maxnf, double: ew_maxnd, default: tpu_max_i)(a, b)
+#define MINN(a, b)   _Generic((a), float: ew_minnf, double: ew_minnd, default: tpu_min_i)(a, b)
 
 EW_INLINE int64_t ew_seli(int c, int64_t a, int64_t b) { return c ? a : b; }
 EW_INLINE float ew_maxnf(float a, float b) { return ew_self((a > b) | (a != a), a, b); }
@@ -213,20 +213,30 @@ EW_INLINE double ew_minnd(double a, double b) { return ew_seld((a < b) | (a != a
 
 /* pow with a host-scalar exponent: strength-reduced as PyTorch's CPU kernel
  * does (x*x for 2 ...); checked against the reference's pow(). */
-#define EW_POW_SCALAR(T)                                                                \
-    switch (p->pow_mode) {                                                              \
-    case EW_POW_SQ: for (int i = 0; i < EW_TILE; i++) O[i] = X[i] * X[i]; return 0;      \
-    case EW_POW_CUBE: for (int i = 0; i < EW_TILE; i++) O[i] = X[i] * X[i] * X[i]; return 0; \
-    case EW_POW_RECIP: for (int i = 0; i < EW_TILE; i++) O[i] = (T)1 / X[i]; return 0;  \
-    case EW_POW_RSQ: for (int i = 0; i < EW_TILE; i++) O[i] = (T)1 / (X[i] * X[i]); return 0; \
-    default: break;                                                                     \
+#define EW_POW_SCALAR(T)                                               \
+    switch (p->pow_mode) {                                             \
+    case EW_POW_SQ:                                                    \
+        for (int i = 0; i < EW_TILE; i++) O[i] = X[i] * X[i];          \
+        return 0;                                                      \
+    case EW_POW_CUBE:                                                  \
+        for (int i = 0; i < EW_TILE; i++) O[i] = X[i] * X[i] * X[i];   \
+        return 0;                                                      \
+    case EW_POW_RECIP:                                                 \
+        for (int i = 0; i < EW_TILE; i++) O[i] = (T)1 / X[i];          \
+        return 0;                                                      \
+    case EW_POW_RSQ:                                                   \
+        for (int i = 0; i < EW_TILE; i++) O[i] = (T)1 / (X[i] * X[i]); \
+        return 0;                                                      \
+    default: break;                                                    \
     }
 
-#define TPU_EXPR_BODY(e)                                                                \
-    for (int i = 0; i < EW_TILE; i++) {                                                 \
-        T x = X[i], y = Y[i], z = Z[i];                                                 \
-        (void)x; (void)y; (void)z;                                                      \
-        O[i] = (T)(e);                                                                  \
+#define TPU_EXPR_BODY(e)                \
+    for (int i = 0; i < EW_TILE; i++) { \
+        T x = X[i], y = Y[i], z = Z[i]; \
+        (void)x;                        \
+        (void)y;                        \
+        (void)z;                        \
+        O[i] = (T)(e);                  \
     }
 #define TPU_EXPR_PARAM_I(s) ((T)p->pi[s])
 
@@ -235,12 +245,16 @@ static EW_CLONES int ew_tile_f(tpu_op op, float *restrict O, const float *restri
     typedef float T;
     if (op == TPU_OP_POW) EW_POW_SCALAR(float)
     switch (op) {
-#define TPU_EXPR_FORM TPU_EXPR_F
+#define TPU_EXPR_FORM       TPU_EXPR_F
 #define TPU_EXPR_PARAM_F(s) p->ff[s]
 #include "base/expr-cases.h"
-    case TPU_OP_COPY: for (int i = 0; i < EW_TILE; i++) O[i] = X[i]; break;   /* a cast */
+    case TPU_OP_COPY:
+        for (int i = 0; i < EW_TILE; i++) O[i] = X[i];
+        break; /* a cast */
 #undef TPU_EXPR_PARAM_F
-    default: for (int i = 0; i < EW_TILE; i++) O[i] = NAN; break;
+    default:
+        for (int i = 0; i < EW_TILE; i++) O[i] = NAN;
+        break;
     }
     return 0;
 }
@@ -252,10 +266,14 @@ static EW_CLONES int ew_tile_d(tpu_op op, double *restrict O, const double *rest
     switch (op) {
 #define TPU_EXPR_PARAM_F(s) p->fd[s]
 #include "base/expr-cases.h"
-    case TPU_OP_COPY: for (int i = 0; i < EW_TILE; i++) O[i] = X[i]; break;   /* a cast */
+    case TPU_OP_COPY:
+        for (int i = 0; i < EW_TILE; i++) O[i] = X[i];
+        break; /* a cast */
 #undef TPU_EXPR_FORM
 #undef TPU_EXPR_PARAM_F
-    default: for (int i = 0; i < EW_TILE; i++) O[i] = NAN; break;
+    default:
+        for (int i = 0; i < EW_TILE; i++) O[i] = NAN;
+        break;
     }
     return 0;
 }
@@ -269,13 +287,17 @@ static EW_CLONES int ew_tile_i(tpu_op op, int64_t *restrict O, const int64_t *re
     int expr_err = 0;
     (void)cbool;
     switch (op) {
-#define TPU_EXPR_FORM TPU_EXPR_I
+#define TPU_EXPR_FORM       TPU_EXPR_I
 #define TPU_EXPR_PARAM_F(s) p->fi[s]
 #include "base/expr-cases.h"
-    case TPU_OP_COPY: for (int i = 0; i < EW_TILE; i++) O[i] = X[i]; break;   /* a cast */
+    case TPU_OP_COPY:
+        for (int i = 0; i < EW_TILE; i++) O[i] = X[i];
+        break; /* a cast */
 #undef TPU_EXPR_FORM
 #undef TPU_EXPR_PARAM_F
-    default: for (int i = 0; i < EW_TILE; i++) O[i] = 0; break;
+    default:
+        for (int i = 0; i < EW_TILE; i++) O[i] = 0;
+        break;
     }
     return expr_err;
 }
@@ -289,25 +311,31 @@ static void *ew_buf(ew_ctx *c, ew_bufs *b, int k) {
 }
 
 static void ew_load(ew_ctx *c, void *d, const char *s, int64_t st, int n, tpu_dtype dt) {
-    if (c->dom == EW_DOM_F) tpu_tile_load_f32(d, s, st, n, dt);
-    else if (c->dom == EW_DOM_D) tpu_tile_load_f64(d, s, st, n, dt);
-    else tpu_tile_load_i64(d, s, st, n, dt);
+    if (c->dom == EW_DOM_F)
+        tpu_tile_load_f32(d, s, st, n, dt);
+    else if (c->dom == EW_DOM_D)
+        tpu_tile_load_f64(d, s, st, n, dt);
+    else
+        tpu_tile_load_i64(d, s, st, n, dt);
 }
 
 static void ew_prefill_scalars(ew_ctx *c, ew_bufs *b) {
     for (int k = 1; k <= c->nin; k++) {
         if (!c->scalar[k]) continue;
         for (int i = 0; i < EW_TILE; i++) {
-            if (c->dom == EW_DOM_F) b->f[k][i] = (float)c->sf[k];
-            else if (c->dom == EW_DOM_D) b->d[k][i] = c->sf[k];
-            else b->i[k][i] = c->si[k];
+            if (c->dom == EW_DOM_F)
+                b->f[k][i] = (float)c->sf[k];
+            else if (c->dom == EW_DOM_D)
+                b->d[k][i] = c->sf[k];
+            else
+                b->i[k][i] = c->si[k];
         }
     }
 }
 
 /* Pointer to input k's tile: in place, or gathered into its buffer. */
-static const void *ew_input_tile(ew_ctx *c, ew_bufs *b, int k, const int64_t *off, int64_t inner,
-                                 int len, const char **cached) {
+static const void *ew_input_tile(ew_ctx *c, ew_bufs *b, int k, const int64_t *off, int64_t inner, int len,
+                                 const char **cached) {
     void *buf = ew_buf(c, b, k);
     if (c->scalar[k]) return buf;
     int64_t s = c->st[k][c->nd - 1];
@@ -319,7 +347,7 @@ static const void *ew_input_tile(ew_ctx *c, ew_bufs *b, int k, const int64_t *of
         return buf;
     }
     ew_load(c, buf, src, s, len, c->dt[k]);
-    if (len < EW_TILE && c->dom == EW_DOM_I) {     /* 1, not 0: a divisor there must not fail */
+    if (len < EW_TILE && c->dom == EW_DOM_I) { /* 1, not 0: a divisor there must not fail */
         for (int i = len; i < EW_TILE; i++) ((int64_t *)buf)[i] = 1;
     } else if (len < EW_TILE) {
         size_t es = c->dom == EW_DOM_F ? 4 : 8;
@@ -328,8 +356,8 @@ static const void *ew_input_tile(ew_ctx *c, ew_bufs *b, int k, const int64_t *of
     return buf;
 }
 
-static void ew_compute_tile(ew_ctx *c, ew_bufs *b, const int64_t *off, int64_t inner, int len,
-                            int64_t pos, const char **cached) {
+static void ew_compute_tile(ew_ctx *c, ew_bufs *b, const int64_t *off, int64_t inner, int len, int64_t pos,
+                            const char **cached) {
     const void *in[3];
     for (int j = 0; j < 3; j++)
         in[j] = j < c->nin ? ew_input_tile(c, b, j + 1, off, inner, len, cached) : ew_buf(c, b, 3);
@@ -346,12 +374,18 @@ static void ew_compute_tile(ew_ctx *c, ew_bufs *b, const int64_t *off, int64_t i
         ew_tile_d(c->op, o, in[0], in[1], in[2], &c->par);
     } else {
         int err = ew_tile_i(c->op, o, in[0], in[1], in[2], &c->par);
-        if (err) { atomic_store_explicit(&c->err, err, memory_order_relaxed); return; }
+        if (err) {
+            atomic_store_explicit(&c->err, err, memory_order_relaxed);
+            return;
+        }
     }
     if (odirect) return;
-    if (c->dom == EW_DOM_F) tpu_tile_store_f32(dst, s0, o, len, c->dt[0]);
-    else if (c->dom == EW_DOM_D) tpu_tile_store_f64(dst, s0, o, len, c->dt[0]);
-    else tpu_tile_store_i64(dst, s0, o, len, c->dt[0]);
+    if (c->dom == EW_DOM_F)
+        tpu_tile_store_f32(dst, s0, o, len, c->dt[0]);
+    else if (c->dom == EW_DOM_D)
+        tpu_tile_store_f64(dst, s0, o, len, c->dt[0]);
+    else
+        tpu_tile_store_i64(dst, s0, o, len, c->dt[0]);
 }
 
 /* FILL: replicate the value's bytes along the row. */
@@ -363,7 +397,10 @@ static void ew_fill_row(ew_ctx *c, const int64_t *off, int64_t inner, int64_t le
         for (int64_t i = 0; i < len; i++) memcpy(dst + (size_t)(i * s0) * es, c->pattern, es);
         return;
     }
-    if (c->pattern_zero) { memset(dst, 0, (size_t)len * es); return; }
+    if (c->pattern_zero) {
+        memset(dst, 0, (size_t)len * es);
+        return;
+    }
     for (int64_t i = 0; i < len; i += EW_TILE) {
         int64_t m = len - i < EW_TILE ? len - i : EW_TILE;
         memcpy(dst + (size_t)i * es, c->pattern, (size_t)m * es);
@@ -376,18 +413,27 @@ static void ew_copy_row(ew_ctx *c, const int64_t *off, int64_t inner, int64_t le
     int64_t s0 = c->st[0][c->nd - 1], s1 = c->st[1][c->nd - 1];
     char *dst = c->base[0] + (size_t)(off[0] + inner * s0) * es;
     const char *src = c->base[1] + (size_t)(off[1] + inner * s1) * es;
-    if (s0 == 1 && s1 == 1) { memmove(dst, src, (size_t)len * es); return; }
+    if (s0 == 1 && s1 == 1) {
+        memmove(dst, src, (size_t)len * es);
+        return;
+    }
     switch (es) {
-    case 1: for (int64_t i = 0; i < len; i++) dst[i * s0] = src[i * s1]; break;
-    case 2: for (int64_t i = 0; i < len; i++) ((uint16_t *)dst)[i * s0] = ((const uint16_t *)src)[i * s1]; break;
-    case 4: for (int64_t i = 0; i < len; i++) ((uint32_t *)dst)[i * s0] = ((const uint32_t *)src)[i * s1]; break;
-    default: for (int64_t i = 0; i < len; i++) ((uint64_t *)dst)[i * s0] = ((const uint64_t *)src)[i * s1]; break;
+    case 1:
+        for (int64_t i = 0; i < len; i++) dst[i * s0] = src[i * s1];
+        break;
+    case 2:
+        for (int64_t i = 0; i < len; i++) ((uint16_t *)dst)[i * s0] = ((const uint16_t *)src)[i * s1];
+        break;
+    case 4:
+        for (int64_t i = 0; i < len; i++) ((uint32_t *)dst)[i * s0] = ((const uint32_t *)src)[i * s1];
+        break;
+    default:
+        for (int64_t i = 0; i < len; i++) ((uint64_t *)dst)[i * s0] = ((const uint64_t *)src)[i * s1];
+        break;
     }
 }
 
-static bool ew_raw_copy(const ew_ctx *c) {
-    return c->op == TPU_OP_COPY && !c->scalar[1] && c->dt[0] == c->dt[1];
-}
+static bool ew_raw_copy(const ew_ctx *c) { return c->op == TPU_OP_COPY && !c->scalar[1] && c->dt[0] == c->dt[1]; }
 
 /* ---- transposing copy: x.t().contiguous() ---- */
 
@@ -398,16 +444,16 @@ static bool ew_raw_copy(const ew_ctx *c) {
 
 static bool ew_is_transpose(const ew_ctx *c) {
     int nd = c->nd;
-    return ew_raw_copy(c) && nd >= 2 && c->st[0][nd - 1] == 1 && c->st[1][nd - 2] == 1 &&
-           c->st[1][nd - 1] > EW_TT && c->sz[nd - 1] >= EW_TT && c->sz[nd - 2] >= EW_TT;
+    return ew_raw_copy(c) && nd >= 2 && c->st[0][nd - 1] == 1 && c->st[1][nd - 2] == 1 && c->st[1][nd - 1] > EW_TT &&
+           c->sz[nd - 1] >= EW_TT && c->sz[nd - 2] >= EW_TT;
 }
 
-#define EW_TILE_COPY(T)                                                                 \
-    for (int64_t i = i0; i < i1; i++) {                                               \
-        T *d = (T *)dst + (i - i0) * so;                                              \
-        const T *s = (const T *)src + (i - i0);                                       \
-        for (int64_t j = 0; j < nj; j++) d[j] = s[j * si];                            \
-    }                                                                                 \
+#define EW_TILE_COPY(T)                                    \
+    for (int64_t i = i0; i < i1; i++) {                    \
+        T *d = (T *)dst + (i - i0) * so;                   \
+        const T *s = (const T *)src + (i - i0);            \
+        for (int64_t j = 0; j < nj; j++) d[j] = s[j * si]; \
+    }                                                      \
     break
 
 /* Tile t: outer index, row block, column block of the last two dims. */
@@ -451,17 +497,23 @@ static void ew_transpose_copy(ew_ctx *c) {
 static void ew_run_range(ew_ctx *c, ew_bufs *b, int64_t lo, int64_t hi) {
     int nd = c->nd, nop = c->nin + 1;
     int64_t n0 = c->sz[nd - 1], rest = lo / n0, inner = lo % n0;
-    int64_t idx[TPU_MAX_DIMS] = { 0 }, off[EW_NOP] = { 0 };
-    for (int d = nd - 2; d >= 0; d--) { idx[d] = rest % c->sz[d]; rest /= c->sz[d]; }
+    int64_t idx[TPU_MAX_DIMS] = {0}, off[EW_NOP] = {0};
+    for (int d = nd - 2; d >= 0; d--) {
+        idx[d] = rest % c->sz[d];
+        rest /= c->sz[d];
+    }
     for (int k = 0; k < nop; k++)
         for (int d = 0; d < nd - 1; d++) off[k] += idx[d] * c->st[k][d];
-    const char *cached[EW_NOP] = { 0 };
+    const char *cached[EW_NOP] = {0};
     for (int64_t pos = lo; pos < hi;) {
         int64_t len = n0 - inner < hi - pos ? n0 - inner : hi - pos;
         if (len > c->chunk_max) len = c->chunk_max;
-        if (c->op == TPU_OP_FILL) ew_fill_row(c, off, inner, len);
-        else if (ew_raw_copy(c)) ew_copy_row(c, off, inner, len);
-        else ew_compute_tile(c, b, off, inner, (int)len, pos, cached);
+        if (c->op == TPU_OP_FILL)
+            ew_fill_row(c, off, inner, len);
+        else if (ew_raw_copy(c))
+            ew_copy_row(c, off, inner, len);
+        else
+            ew_compute_tile(c, b, off, inner, (int)len, pos, cached);
         pos += len;
         inner += len;
         if (inner < n0) continue;
@@ -503,8 +555,7 @@ static int64_t ew_coalesce(ew_ctx *c, const tpu_kargs *a) {
         c->sz[nd] = o->sizes[d];
         if (nd > 0) {
             bool merge = true;
-            for (int k = 0; k < nop; k++)
-                merge = merge && c->st[k][nd - 1] == c->st[k][nd] * c->sz[nd];
+            for (int k = 0; k < nop; k++) merge = merge && c->st[k][nd - 1] == c->st[k][nd] * c->sz[nd];
             if (merge) {
                 c->sz[nd - 1] *= c->sz[nd];
                 for (int k = 0; k < nop; k++) c->st[k][nd - 1] = c->st[k][nd];
@@ -534,25 +585,33 @@ static void ew_setup_params(ew_ctx *c, const tpu_kargs *a) {
     p->pow_mode = EW_POW_GENERIC;
     if (c->op == TPU_OP_POW && c->nin == 2 && a->t[2].is_scalar && c->dom != EW_DOM_I) {
         double e = a->t[2].f;
-        p->pow_mode = e == -1 ? EW_POW_RECIP : e == 2 ? EW_POW_SQ : e == 3 ? EW_POW_CUBE
-                    : e == -2 ? EW_POW_RSQ : EW_POW_GENERIC;
+        p->pow_mode = e == -1   ? EW_POW_RECIP
+                      : e == 2  ? EW_POW_SQ
+                      : e == 3  ? EW_POW_CUBE
+                      : e == -2 ? EW_POW_RSQ
+                                : EW_POW_GENERIC;
     }
 }
 
 static tpu_status ew_setup_domain(ew_ctx *c, tpu_kargs *a) {
     if (c->op == TPU_OP_FILL) return TPU_OK;
-    if (c->op == TPU_OP_ARANGE) { c->dom = EW_DOM_D; return TPU_OK; }
+    if (c->op == TPU_OP_ARANGE) {
+        c->dom = EW_DOM_D;
+        return TPU_OK;
+    }
     if (c->op == TPU_OP_COPY) {
         tpu_dtype s = c->dt[1];
-        bool exact_f = s != TPU_F64 && !c->scalar[1];   /* float scalars arrive as double */
+        bool exact_f = s != TPU_F64 && !c->scalar[1]; /* float scalars arrive as double */
         c->dom = !tpu_dtype_is_float(s) ? EW_DOM_I : exact_f ? EW_DOM_F : EW_DOM_D;
         return TPU_OK;
     }
     tpu_dtype cdt = (tpu_dtype)a->p.compute_dtype;
     if ((unsigned)cdt >= TPU_DTYPE_COUNT)
         return tpu_kernel_fail(a, "%s: bad compute dtype %d", tpu_op_name(a->op), (int)cdt);
-    c->dom = cdt == TPU_F64 ? EW_DOM_D : tpu_dtype_is_float(cdt) ? EW_DOM_F
-           : tpu_op_infos[a->op].int_form ? EW_DOM_I : EW_DOM_D;
+    c->dom = cdt == TPU_F64                 ? EW_DOM_D
+             : tpu_dtype_is_float(cdt)      ? EW_DOM_F
+             : tpu_op_infos[a->op].int_form ? EW_DOM_I
+                                            : EW_DOM_D;
     if (c->dom != EW_DOM_I && !(tpu_op_infos[a->op].dtypes & DT_FLOAT)) {
         tpu_kernel_fail(a, "%s: not supported for floating point compute dtype", tpu_op_name(a->op));
         return TPU_ERROR_NOT_SUPPORTED;
@@ -564,7 +623,7 @@ static tpu_status ew_setup_domain(ew_ctx *c, tpu_kargs *a) {
 static void ew_setup_fill(ew_ctx *c, const tpu_kargs *a) {
     const tpu_tensor *s = &a->t[1];
     tpu_dtype odt = c->dt[0];
-    unsigned char elem[8] = { 0 };
+    unsigned char elem[8] = {0};
     if (tpu_dtype_is_float(odt)) {
         double v = s->is_scalar ? s->f : tpu_load_f64(tpu_elem_ptr(s, 0), (tpu_dtype)s->dtype);
         tpu_store_f64(elem, odt, v);
@@ -582,8 +641,7 @@ static void ew_setup_fill(ew_ctx *c, const tpu_kargs *a) {
  * the domain's own; the output also must not share storage with an input. */
 static void ew_setup_direct(ew_ctx *c, const tpu_kargs *a) {
     tpu_dtype native = c->dom == EW_DOM_F ? TPU_F32 : c->dom == EW_DOM_D ? TPU_F64 : TPU_I64;
-    for (int k = 0; k <= c->nin; k++)
-        c->direct[k] = !c->scalar[k] && c->dt[k] == native && c->st[k][c->nd - 1] == 1;
+    for (int k = 0; k <= c->nin; k++) c->direct[k] = !c->scalar[k] && c->dt[k] == native && c->st[k][c->nd - 1] == 1;
     for (int k = 1; k <= c->nin; k++)
         if (!c->scalar[k] && a->t[k].base == a->t[0].base) c->direct[0] = false;
 }
@@ -592,12 +650,12 @@ static void ew_setup_direct(ew_ctx *c, const tpu_kargs *a) {
 static tpu_status ew_setup(ew_ctx *c, tpu_kargs *a) {
     int nin = a->n - 1;
     int nin_expected = a->op == TPU_OP_ARANGE ? 0 : a->op == TPU_OP_FILL || a->op == TPU_OP_COPY ? 1 : -1;
-    if (tpu_op_family_of(a->op) != TPU_FAM_EW || nin < 0 || nin > 3 ||
-        (nin_expected >= 0 && nin != nin_expected) || (nin_expected < 0 && nin < 1))
+    if (tpu_op_family_of(a->op) != TPU_FAM_EW || nin < 0 || nin > 3 || (nin_expected >= 0 && nin != nin_expected) ||
+        (nin_expected < 0 && nin < 1))
         return tpu_kernel_fail(a, "%s: bad elementwise launch (%d operands)", tpu_op_name(a->op), a->n);
     memset(c, 0, sizeof *c);
     c->op = a->op;
-    c->nin = a->op == TPU_OP_FILL ? 0 : nin;  /* FILL's value goes into c->pattern */
+    c->nin = a->op == TPU_OP_FILL ? 0 : nin; /* FILL's value goes into c->pattern */
     for (int k = 0; k <= c->nin; k++) {
         const tpu_tensor *t = &a->t[k];
         c->dt[k] = (tpu_dtype)t->dtype;

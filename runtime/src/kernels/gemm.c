@@ -29,13 +29,13 @@
 #include <string.h>
 #include <math.h>
 
-#define MR 8          /* AVX-512 and portable tile */
-#define NR 32
-#define MR2 6         /* AVX2 tile */
-#define NR2 16
-#define NR_MAX 32
-#define KC 256
-#define MC_TARGET 64  /* rows per task (a multiple of the unit's MR), before balancing */
+#define MR        8 /* AVX-512 and portable tile */
+#define NR        32
+#define MR2       6 /* AVX2 tile */
+#define NR2       16
+#define NR_MAX    32
+#define KC        256
+#define MC_TARGET 64 /* rows per task (a multiple of the unit's MR), before balancing */
 _Static_assert(MR >= MR2 && NR_MAX >= NR && NR_MAX >= NR2, "pack buffers hold the largest tile");
 
 /* ---------------- micro-kernels: acc[MR][NR] (+)= Ap * Bp ----------------
@@ -44,8 +44,8 @@ _Static_assert(MR >= MR2 && NR_MAX >= NR && NR_MAX >= NR2, "pack buffers hold th
  * (k, k+1) pairs as uint32 for the pair kernels. */
 typedef void (*ukr_fn)(int kc, const void *ap, const void *bp, float *c, int ldc, int first);
 
-__attribute__((target("avx512f")))
-static void ukr_f32_avx512(int kc, const void *apv, const void *bpv, float *c, int ldc, int first) {
+__attribute__((target("avx512f"))) static void ukr_f32_avx512(int kc, const void *apv, const void *bpv, float *c,
+                                                              int ldc, int first) {
     const float *ap = apv, *bp = bpv;
     __m512 acc[MR][2];
 #pragma GCC unroll 8
@@ -71,8 +71,8 @@ static void ukr_f32_avx512(int kc, const void *apv, const void *bpv, float *c, i
 
 /* AVX2: ap is [kc][MR2], bp is [kc][NR2]; per k, 2 loads of B and 6
  * broadcasts of A feed 12 FMAs. */
-__attribute__((target("avx2,fma")))
-static void ukr_f32_avx2(int kc, const void *apv, const void *bpv, float *c, int ldc, int first) {
+__attribute__((target("avx2,fma"))) static void ukr_f32_avx2(int kc, const void *apv, const void *bpv, float *c,
+                                                             int ldc, int first) {
     const float *ap = apv, *bp = bpv;
     __m256 acc[MR2][2];
 #pragma GCC unroll 6
@@ -112,8 +112,8 @@ static void ukr_f32_c(int kc, const void *apv, const void *bpv, float *c, int ld
 }
 
 /* bf16: ap is [kc/2][MR] of packed (k, k+1) pairs; bp is [kc/2][NR] pairs. */
-__attribute__((target("avx512f,avx512bf16")))
-static void ukr_bf16_avx512(int kc, const void *apv, const void *bpv, float *c, int ldc, int first) {
+__attribute__((target("avx512f,avx512bf16"))) static void ukr_bf16_avx512(int kc, const void *apv, const void *bpv,
+                                                                          float *c, int ldc, int first) {
     const uint32_t *ap = apv, *bp = bpv;
     __m512 acc[MR][2];
 #pragma GCC unroll 8
@@ -137,7 +137,6 @@ static void ukr_bf16_avx512(int kc, const void *apv, const void *bpv, float *c, 
     }
 }
 
-
 static void ukr_bf16_c(int kc, const void *apv, const void *bpv, float *c, int ldc, int first) {
     const uint32_t *ap = apv, *bp = bpv;
     float acc[MR][NR];
@@ -160,16 +159,16 @@ static void ukr_bf16_c(int kc, const void *apv, const void *bpv, float *c, int l
 
 typedef struct gemm_unit {
     const char *name;
-    int mr, nr;          /* register tile */
-    bool pairs;          /* packs bf16 (k, k+1) pairs: k steps by 2 */
+    int mr, nr; /* register tile */
+    bool pairs; /* packs bf16 (k, k+1) pairs: k steps by 2 */
     ukr_fn ukr;
 } gemm_unit;
 
-static const gemm_unit unit_avx512 = { "AVX512", MR, NR, false, ukr_f32_avx512 };
-static const gemm_unit unit_avx512_bf16 = { "AVX512-BF16", MR, NR, true, ukr_bf16_avx512 };
-static const gemm_unit unit_avx2 = { "AVX2-FMA", MR2, NR2, false, ukr_f32_avx2 };
-static const gemm_unit unit_c = { "portable", MR, NR, false, ukr_f32_c };
-static const gemm_unit unit_c_bf16 = { "portable", MR, NR, true, ukr_bf16_c };
+static const gemm_unit unit_avx512 = {"AVX512", MR, NR, false, ukr_f32_avx512};
+static const gemm_unit unit_avx512_bf16 = {"AVX512-BF16", MR, NR, true, ukr_bf16_avx512};
+static const gemm_unit unit_avx2 = {"AVX2-FMA", MR2, NR2, false, ukr_f32_avx2};
+static const gemm_unit unit_c = {"portable", MR, NR, false, ukr_f32_c};
+static const gemm_unit unit_c_bf16 = {"portable", MR, NR, true, ukr_bf16_c};
 
 /* The unit for fp32 (bf16 = false) or bf16 operands, by the host's CPU and
  * TPU_MXU. AVX-512 without BF16 takes the AVX2 unit: the fp32 AVX-512 kernel
@@ -186,7 +185,11 @@ const char *tpu_gemm_unit_name(bool bf16) { return gemm_pick(bf16)->name; }
 
 /* ---------------- element access ---------------- */
 
-typedef struct mat { const char *base; tpu_dtype dt; int64_t rs, cs; } mat;
+typedef struct mat {
+    const char *base;
+    tpu_dtype dt;
+    int64_t rs, cs;
+} mat;
 
 static inline const char *mat_ptr(const mat *m, int64_t r, int64_t c) {
     return m->base + (size_t)(r * m->rs + c * m->cs) * tpu_dtype_size(m->dt);
@@ -195,8 +198,11 @@ static inline const char *mat_ptr(const mat *m, int64_t r, int64_t c) {
 /* Split x into bf16 hi + bf16 lo (part: 0 = plain round, 1 = hi, 2 = lo). */
 static inline uint16_t to_bf16_part(float x, int part) {
     if (part == 0) return tpu_f32_to_bf16(x);
-    union { float f; uint32_t u; } v = { x };
-    v.u &= 0xffff0000u;                       /* hi: truncation keeps x - hi exact in fp32 */
+    union {
+        float f;
+        uint32_t u;
+    } v = {x};
+    v.u &= 0xffff0000u; /* hi: truncation keeps x - hi exact in fp32 */
     if (part == 1) return (uint16_t)(v.u >> 16);
     return tpu_f32_to_bf16(x - v.f);
 }
@@ -204,16 +210,16 @@ static inline uint16_t to_bf16_part(float x, int part) {
 /* ---------------- the driver ---------------- */
 
 typedef struct gemm_job {
-    int64_t M, N, K, Kp;      /* Kp: K rounded to the k-step (even for pairs) */
+    int64_t M, N, K, Kp; /* Kp: K rounded to the k-step (even for pairs) */
     mat A, B;
     const tpu_kargs *a;
     int64_t batch;
     const gemm_unit *u;
-    int use_bf16, passes;          /* passes: 1, or 3 for "high" */
-    bool round_a, round_b;         /* fp32 packing of the bf16 unit rounds (values not already bf16) */
-    void *bpack[2];                /* packed B (hi, lo): [K/KC][Npad/NR][kc][NR] */
-    int64_t npanels;               /* NR-wide column panels */
-    int64_t mc, mtasks, nsplit;    /* tasks: mc-row blocks x column ranges */
+    int use_bf16, passes;       /* passes: 1, or 3 for "high" */
+    bool round_a, round_b;      /* fp32 packing of the bf16 unit rounds (values not already bf16) */
+    void *bpack[2];             /* packed B (hi, lo): [K/KC][Npad/NR][kc][NR] */
+    int64_t npanels;            /* NR-wide column panels */
+    int64_t mc, mtasks, nsplit; /* tasks: mc-row blocks x column ranges */
 } gemm_job;
 
 /* Start of panel `panel` of k-block kb in packed B, in floats or bf16 pairs. */
@@ -228,7 +234,11 @@ static void round_bf16(float *x, int64_t n, int part) {
     for (int64_t i = 0; i < n; i++) x[i] = tpu_bf16_to_f32(to_bf16_part(x[i], part));
 }
 
-typedef struct pack_ctx { gemm_job *j; int part; void *dst; } pack_ctx;
+typedef struct pack_ctx {
+    gemm_job *j;
+    int part;
+    void *dst;
+} pack_ctx;
 
 /* Pack B panels [pb, pe) of every k-block (parallel over panels). */
 static void pack_b_panels(void *ctx, int64_t pb, int64_t pe) {
@@ -249,8 +259,8 @@ static void pack_b_panels(void *ctx, int64_t pb, int64_t pe) {
                     if (k0 + k + 1 < j->K)
                         tpu_tile_load_f32(row2, mat_ptr(&j->B, k0 + k + 1, c0), j->B.cs, nc, j->B.dt);
                     for (int q = 0; q < nr; q++)
-                        out[(k / 2) * nr + q] = (uint32_t)to_bf16_part(row[q], c->part) |
-                                                ((uint32_t)to_bf16_part(row2[q], c->part) << 16);
+                        out[(k / 2) * nr + q] =
+                            (uint32_t)to_bf16_part(row[q], c->part) | ((uint32_t)to_bf16_part(row2[q], c->part) << 16);
                 }
             } else {
                 float *out = (float *)c->dst + bpack_index(j, kb, p);
@@ -266,9 +276,10 @@ static void pack_b_panels(void *ctx, int64_t pb, int64_t pe) {
 
 /* Pack rows [m0, m0+mcp) x k-range of A into MR-row slivers, through tmp
  * (MR rows of KC floats): rows in, then written out k-major. */
-static void pack_a(const gemm_job *j, int64_t m0, int64_t mcp, int64_t k0, int64_t kc, int part, void *dst, float *tmp) {
+static void pack_a(const gemm_job *j, int64_t m0, int64_t mcp, int64_t k0, int64_t kc, int part, void *dst,
+                   float *tmp) {
     int mr = j->u->mr;
-    int64_t kv = j->K - k0 < kc ? j->K - k0 : kc;               /* valid k in this block */
+    int64_t kv = j->K - k0 < kc ? j->K - k0 : kc; /* valid k in this block */
     for (int64_t s = 0; s < mcp; s += mr) {
         for (int r = 0; r < mr; r++) {
             float *t = tmp + r * KC;
@@ -323,12 +334,17 @@ static void task(void *ctx, int64_t tb, int64_t te) {
     gemm_job *j = ctx;
     const gemm_unit *u = j->u;
     int64_t step = u->pairs ? 2 : 1;
-    int64_t ppt = (j->npanels + j->nsplit - 1) / j->nsplit;        /* panels per task */
+    int64_t ppt = (j->npanels + j->nsplit - 1) / j->nsplit; /* panels per task */
     int64_t ldc = ppt * u->nr;
     float *acc = aligned_alloc(64, sizeof(float) * (size_t)(j->mc * ldc));
     void *apack = aligned_alloc(64, sizeof(float) * (size_t)(j->mc * KC));
-    float *tmp = aligned_alloc(64, sizeof(float) * (size_t)(MR * KC + ldc));    /* A rows, then a row of C */
-    if (!acc || !apack || !tmp) { free(acc); free(apack); free(tmp); return; }   /* leaves output unset */
+    float *tmp = aligned_alloc(64, sizeof(float) * (size_t)(MR * KC + ldc)); /* A rows, then a row of C */
+    if (!acc || !apack || !tmp) {
+        free(acc);
+        free(apack);
+        free(tmp);
+        return;
+    } /* leaves output unset */
     for (int64_t t = tb; t < te; t++) {
         int64_t mt = t / j->nsplit, nt = t % j->nsplit;
         int64_t m0 = mt * j->mc, mc = j->M - m0 < j->mc ? j->M - m0 : j->mc;
@@ -347,9 +363,9 @@ static void task(void *ctx, int64_t tb, int64_t te) {
                 pack_a(j, m0, mcp, k0, kc, apart, apack, tmp);
                 for (int64_t p = 0; p < np; p++)
                     for (int64_t s = 0; s < mcp; s += u->mr) {
-                        u->ukr((int)kc, (const float *)apack + (s / u->mr) * (kc / step) * u->mr,   /* 4-byte units */
-                               (const float *)j->bpack[bsel] + bpack_index(j, kb, p0 + p),
-                               acc + s * ldc + p * u->nr, (int)ldc, first);
+                        u->ukr((int)kc, (const float *)apack + (s / u->mr) * (kc / step) * u->mr, /* 4-byte units */
+                               (const float *)j->bpack[bsel] + bpack_index(j, kb, p0 + p), acc + s * ldc + p * u->nr,
+                               (int)ldc, first);
                     }
                 first = 0;
             }
@@ -381,7 +397,10 @@ static void gemm_f64_rows(void *ctx, int64_t rb, int64_t re) {
         for (int64_t q = 0; q < j->N; q++) {
             double v = prm.alpha * row[q];
             if (c && prm.beta != 0.0)
-                v += prm.beta * (c->is_scalar ? c->f : tpu_load_f64(tpu_elem_ptr(c, j->batch * c->strides[0] + i * c->strides[1] + q * c->strides[2]), (tpu_dtype)c->dtype));
+                v += prm.beta * (c->is_scalar ? c->f
+                                              : tpu_load_f64(tpu_elem_ptr(c, j->batch * c->strides[0] +
+                                                                                 i * c->strides[1] + q * c->strides[2]),
+                                                             (tpu_dtype)c->dtype));
             row[q] = v;
         }
         tpu_tile_store_f64(tpu_elem_ptr(o, j->batch * o->strides[0] + i * o->strides[1]), o->strides[2], row, j->N,
@@ -397,7 +416,9 @@ tpu_status tpu_k_gemm(tpu_kargs *a) {
     gemm_job j;
     memset(&j, 0, sizeof j);
     j.a = a;
-    j.M = o->sizes[1]; j.N = o->sizes[2]; j.K = A->sizes[2];
+    j.M = o->sizes[1];
+    j.N = o->sizes[2];
+    j.K = A->sizes[2];
     if (j.M == 0 || j.N == 0) return TPU_OK;
     tpu_dtype dt = (tpu_dtype)A->dtype;
     int prec = (int)tpu_unpack_MATMUL(&a->p).precision;
@@ -422,8 +443,8 @@ tpu_status tpu_k_gemm(tpu_kargs *a) {
     size_t bytes = (size_t)(j.Kp ? j.Kp : 1) * (size_t)j.npanels * (size_t)j.u->nr * (j.u->pairs ? 2 : 4);
     for (int64_t b = 0; b < o->sizes[0]; b++) {
         j.batch = b;
-        j.A = (mat){ tpu_elem_ptr(A, b * A->strides[0]), dt, A->strides[1], A->strides[2] };
-        j.B = (mat){ tpu_elem_ptr(B, b * B->strides[0]), (tpu_dtype)B->dtype, B->strides[1], B->strides[2] };
+        j.A = (mat){tpu_elem_ptr(A, b * A->strides[0]), dt, A->strides[1], A->strides[2]};
+        j.B = (mat){tpu_elem_ptr(B, b * B->strides[0]), (tpu_dtype)B->dtype, B->strides[1], B->strides[2]};
         if (any_f64 || !tpu_dtype_is_float(dt) || !tpu_dtype_is_float((tpu_dtype)B->dtype)) {
             tpu_parallel_for(j.M, 16, gemm_f64_rows, &j);
             continue;
@@ -431,12 +452,18 @@ tpu_status tpu_k_gemm(tpu_kargs *a) {
         int nb = j.passes == 3 ? 2 : 1;
         for (int q = 0; q < nb; q++) {
             j.bpack[q] = aligned_alloc(64, (bytes + 63) / 64 * 64);
-            if (!j.bpack[q]) { free(j.bpack[0]); return tpu_kernel_fail(a, "out of scratch memory for matmul"); }
-            pack_ctx pc = { &j, j.passes == 3 ? q + 1 : 0, j.bpack[q] };
+            if (!j.bpack[q]) {
+                free(j.bpack[0]);
+                return tpu_kernel_fail(a, "out of scratch memory for matmul");
+            }
+            pack_ctx pc = {&j, j.passes == 3 ? q + 1 : 0, j.bpack[q]};
             tpu_parallel_for(j.npanels, 4, pack_b_panels, &pc);
         }
         tpu_parallel_for(j.mtasks * j.nsplit, 1, task, &j);
-        for (int q = 0; q < nb; q++) { free(j.bpack[q]); j.bpack[q] = NULL; }
+        for (int q = 0; q < nb; q++) {
+            free(j.bpack[q]);
+            j.bpack[q] = NULL;
+        }
     }
     return TPU_OK;
 }

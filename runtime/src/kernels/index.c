@@ -17,7 +17,7 @@
 #include <stdbool.h>
 #include <string.h>
 
-#define IX_BLOCK 4096        /* inner positions per work item */
+#define IX_BLOCK 4096 /* inner positions per work item */
 #ifdef TPU_KERNELS_NO_CLONES
 #define IX_CLONES
 #else
@@ -27,35 +27,32 @@
 typedef struct ix_plan {
     tpu_op op;
     int nd, dim;
-    int64_t sizes[TPU_MAX_DIMS];                 /* iteration shape */
-    char *db;                                    /* destination storage */
-    const char *sb, *ib;                         /* source, index storage */
+    int64_t sizes[TPU_MAX_DIMS]; /* iteration shape */
+    char *db;                    /* destination storage */
+    const char *sb, *ib;         /* source, index storage */
     int64_t dst[TPU_MAX_DIMS], sst[TPU_MAX_DIMS], ist[TPU_MAX_DIMS];
     int64_t doff, soff, ioff;
-    bool d_by_idx;                               /* dst (else src) addressed by j along dim */
-    bool var_idx;                                /* index varies with every position */
+    bool d_by_idx; /* dst (else src) addressed by j along dim */
+    bool var_idx;  /* index varies with every position */
     bool accumulate;
     tpu_dtype dt, idt;
     size_t es;
     double alpha;
-    int64_t O, K, I, NB;                         /* outer, along dim, inner, inner blocks */
+    int64_t O, K, I, NB; /* outer, along dim, inner, inner blocks */
 } ix_plan;
 
-static inline int64_t ix_get(const char *ib, tpu_dtype idt, int64_t off)
-{
+static inline int64_t ix_get(const char *ib, tpu_dtype idt, int64_t off) {
     return idt == TPU_I64 ? ((const int64_t *)ib)[off] : ((const int32_t *)ib)[off];
 }
 
 /* *q += a*s in float, rounded back to float16 (out of line: inlined, its
  * conversions would keep ix_elem from being inlined into the run loops). */
-__attribute__((noinline)) static void ix_add_f16(uint16_t *q, uint16_t s, float a)
-{
+__attribute__((noinline)) static void ix_add_f16(uint16_t *q, uint16_t s, float a) {
     *q = tpu_tile_f32_to_f16(tpu_tile_f16_to_f32(*q) + a * tpu_tile_f16_to_f32(s));
 }
 
 /* dst[d] (+)= src[s] for one element of dtype p->dt. */
-static inline void ix_elem(const ix_plan *p, int64_t d, int64_t s)
-{
+static inline void ix_elem(const ix_plan *p, int64_t d, int64_t s) {
     if (!p->accumulate) {
         memcpy(p->db + (size_t)d * p->es, p->sb + (size_t)s * p->es, p->es);
         return;
@@ -79,8 +76,7 @@ static inline void ix_elem(const ix_plan *p, int64_t d, int64_t s)
 }
 
 /* d += a*s over contiguous runs (embedding backward rows) */
-IX_CLONES static void ix_axpy_f32(float *d, const float *s, int64_t n, float a)
-{
+IX_CLONES static void ix_axpy_f32(float *d, const float *s, int64_t n, float a) {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
         vf8 x, y;
@@ -93,8 +89,7 @@ IX_CLONES static void ix_axpy_f32(float *d, const float *s, int64_t n, float a)
 }
 
 /* the same on bf16, each sum rounded to bf16 as in tpu_f32_to_bf16 */
-IX_CLONES static void ix_axpy_bf16(uint16_t *d, const uint16_t *s, int64_t n, float a)
-{
+IX_CLONES static void ix_axpy_bf16(uint16_t *d, const uint16_t *s, int64_t n, float a) {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
         vf8 x, y;
@@ -107,8 +102,7 @@ IX_CLONES static void ix_axpy_bf16(uint16_t *d, const uint16_t *s, int64_t n, fl
 }
 
 /* A run of L positions along the last dim with a fixed j. */
-static void ix_run_const(const ix_plan *p, int64_t L, int64_t d, int64_t dl, int64_t s, int64_t sl)
-{
+static void ix_run_const(const ix_plan *p, int64_t L, int64_t d, int64_t dl, int64_t s, int64_t sl) {
     if (!p->accumulate && dl == 1 && sl == 1) {
         memcpy(p->db + (size_t)d * p->es, p->sb + (size_t)s * p->es, (size_t)L * p->es);
     } else if (p->accumulate && dl == 1 && sl == 1 && p->dt == TPU_F32) {
@@ -126,21 +120,25 @@ static void ix_run_const(const ix_plan *p, int64_t L, int64_t d, int64_t dl, int
 
 /* A run of L positions, j read per position (index element ii + i*il): the
  * element loops are typed, with the index dtype and element kind hoisted. */
-#define IX_VAR_LOOP(IT, STMT) do { \
-    const IT *ip_ = (const IT *)p->ib + ii; \
-    for (int64_t i = 0; i < L; i++) { \
-        int64_t j = ip_[i * il], de = d + i * dl + j * jd, se = s + i * sl + j * js; \
-        STMT; \
-    } \
-} while (0)
-#define IX_VAR(STMT) do { \
-    if (p->idt == TPU_I64) IX_VAR_LOOP(int64_t, STMT); else IX_VAR_LOOP(int32_t, STMT); \
-} while (0)
+#define IX_VAR_LOOP(IT, STMT)                                                            \
+    do {                                                                                 \
+        const IT *ip_ = (const IT *)p->ib + ii;                                          \
+        for (int64_t i = 0; i < L; i++) {                                                \
+            int64_t j = ip_[i * il], de = d + i * dl + j * jd, se = s + i * sl + j * js; \
+            STMT;                                                                        \
+        }                                                                                \
+    } while (0)
+#define IX_VAR(STMT)                    \
+    do {                                \
+        if (p->idt == TPU_I64)          \
+            IX_VAR_LOOP(int64_t, STMT); \
+        else                            \
+            IX_VAR_LOOP(int32_t, STMT); \
+    } while (0)
 #define IX_COPY(T) IX_VAR(((T *)p->db)[de] = ((const T *)p->sb)[se])
 
 static void ix_run_var(const ix_plan *p, int64_t L, int64_t d, int64_t dl, int64_t s, int64_t sl, int64_t ii,
-                       int64_t il)
-{
+                       int64_t il) {
     int64_t jd = p->d_by_idx ? p->dst[p->dim] : 0, js = p->d_by_idx ? 0 : p->sst[p->dim];
     if (!p->accumulate) {
         switch (p->es) {
@@ -159,8 +157,7 @@ static void ix_run_var(const ix_plan *p, int64_t L, int64_t d, int64_t dl, int64
     }
 }
 
-static void ix_item(const ix_plan *p, int64_t o, int64_t ib, int64_t ie)
-{
+static void ix_item(const ix_plan *p, int64_t o, int64_t ib, int64_t ie) {
     int dim = p->dim, last = p->nd - 1;
     int64_t od = p->doff, os = p->soff, oi = p->ioff, rem = o;
     for (int d = dim - 1; d >= 0; d--) {
@@ -170,12 +167,12 @@ static void ix_item(const ix_plan *p, int64_t o, int64_t ib, int64_t ie)
         os += c * p->sst[d];
         oi += c * p->ist[d];
     }
-    if (dim == last) {          /* one run over k; j read per k, k ascending */
+    if (dim == last) { /* one run over k; j read per k, k ascending */
         ix_run_var(p, p->K, od, p->d_by_idx ? 0 : p->dst[dim], os, p->d_by_idx ? p->sst[dim] : 0, oi, p->ist[dim]);
         return;
     }
     /* inner start: multi-index and offsets of position ib */
-    int64_t idx0[TPU_MAX_DIMS] = { 0 }, d0 = 0, s0 = 0, i0 = 0;
+    int64_t idx0[TPU_MAX_DIMS] = {0}, d0 = 0, s0 = 0, i0 = 0;
     rem = ib;
     for (int d = last; d > dim; d--) {
         idx0[d] = rem % p->sizes[d];
@@ -194,8 +191,10 @@ static void ix_item(const ix_plan *p, int64_t o, int64_t ib, int64_t ie)
         for (int64_t pos = ib; pos < ie;) {
             int64_t L = p->sizes[last] - idx[last];
             if (L > ie - pos) L = ie - pos;
-            if (p->var_idx) ix_run_var(p, L, dk + di, p->dst[last], sk + si, p->sst[last], ik + ii, p->ist[last]);
-            else ix_run_const(p, L, dk + di, p->dst[last], sk + si, p->sst[last]);
+            if (p->var_idx)
+                ix_run_var(p, L, dk + di, p->dst[last], sk + si, p->sst[last], ik + ii, p->ist[last]);
+            else
+                ix_run_const(p, L, dk + di, p->dst[last], sk + si, p->sst[last]);
             pos += L;
             idx[last] += L;
             di += L * p->dst[last];
@@ -217,8 +216,7 @@ static void ix_item(const ix_plan *p, int64_t o, int64_t ib, int64_t ie)
     }
 }
 
-static void ix_items(void *ctx, int64_t b, int64_t e)
-{
+static void ix_items(void *ctx, int64_t b, int64_t e) {
     const ix_plan *p = ctx;
     for (int64_t w = b; w < e; w++) {
         int64_t o = w / p->NB, blk = w % p->NB;
@@ -228,8 +226,7 @@ static void ix_items(void *ctx, int64_t b, int64_t e)
 }
 
 /* A 0-dim tensor is seen as [1]. */
-static void ix_view(tpu_tensor *v, const tpu_tensor *t)
-{
+static void ix_view(tpu_tensor *v, const tpu_tensor *t) {
     *v = *t;
     if (v->ndim == 0) {
         v->ndim = 1;
@@ -240,18 +237,21 @@ static void ix_view(tpu_tensor *v, const tpu_tensor *t)
 
 /* Check every index value is in [0, lim) before anything is written. The
  * index is walked as runs along its last dim (only `dim` for 1-d indices). */
-#define IX_CHECK_RUN(IT) do { \
-    const IT *ip_ = (const IT *)p->ib + off; \
-    for (int64_t i = 0; i < L; i++) { \
-        int64_t j = ip_[i * st]; \
-        if (j < 0 || j >= lim) { bad = j; goto out_of_range; } \
-    } \
-} while (0)
+#define IX_CHECK_RUN(IT)                         \
+    do {                                         \
+        const IT *ip_ = (const IT *)p->ib + off; \
+        for (int64_t i = 0; i < L; i++) {        \
+            int64_t j = ip_[i * st];             \
+            if (j < 0 || j >= lim) {             \
+                bad = j;                         \
+                goto out_of_range;               \
+            }                                    \
+        }                                        \
+    } while (0)
 
-static tpu_status ix_check(tpu_kargs *a, const ix_plan *p, int64_t lim)
-{
+static tpu_status ix_check(tpu_kargs *a, const ix_plan *p, int64_t lim) {
     int nd = p->var_idx ? p->nd : 1;
-    int64_t sizes[TPU_MAX_DIMS] = { 0 }, strides[TPU_MAX_DIMS] = { 0 }, bad;
+    int64_t sizes[TPU_MAX_DIMS] = {0}, strides[TPU_MAX_DIMS] = {0}, bad;
     for (int d = 0; d < nd; d++) {
         int dd = p->var_idx ? d : p->dim;
         sizes[d] = p->sizes[dd];
@@ -259,10 +259,12 @@ static tpu_status ix_check(tpu_kargs *a, const ix_plan *p, int64_t lim)
     }
     int64_t L = sizes[nd - 1], st = strides[nd - 1], runs = 1;
     for (int d = 0; d < nd - 1; d++) runs *= sizes[d];
-    int64_t idx[TPU_MAX_DIMS] = { 0 }, off = p->ioff;
+    int64_t idx[TPU_MAX_DIMS] = {0}, off = p->ioff;
     for (int64_t q = 0; q < runs; q++) {
-        if (p->idt == TPU_I64) IX_CHECK_RUN(int64_t);
-        else IX_CHECK_RUN(int32_t);
+        if (p->idt == TPU_I64)
+            IX_CHECK_RUN(int64_t);
+        else
+            IX_CHECK_RUN(int32_t);
         for (int d = nd - 2; d >= 0; d--) {
             off += strides[d];
             if (++idx[d] < sizes[d]) break;
@@ -279,11 +281,9 @@ out_of_range:
 
 /* PyTorch's shape rules; x is the tensor read (input, or src for the adds). */
 static tpu_status ix_check_shapes(tpu_kargs *a, const tpu_tensor *out, const tpu_tensor *x, const tpu_tensor *ix,
-                                  int dim, int64_t K)
-{
+                                  int dim, int64_t K) {
     const char *name = tpu_op_name(a->op);
-    if (x->ndim != out->ndim)
-        return tpu_kernel_fail(a, "%s: operands have %d and %d dims", name, out->ndim, x->ndim);
+    if (x->ndim != out->ndim) return tpu_kernel_fail(a, "%s: operands have %d and %d dims", name, out->ndim, x->ndim);
     for (int d = 0; d < out->ndim; d++) {
         int64_t so = out->sizes[d], sx = x->sizes[d], si = ix->sizes[d];
         bool ok;
@@ -291,7 +291,7 @@ static tpu_status ix_check_shapes(tpu_kargs *a, const tpu_tensor *out, const tpu
         case TPU_OP_INDEX_SELECT: ok = d == dim ? so == K : so == sx; break;
         case TPU_OP_INDEX_ADD: ok = d == dim ? sx == K : so == sx; break;
         case TPU_OP_GATHER: ok = so == si && (d == dim || si <= sx); break;
-        default: ok = si <= sx && (d == dim || si <= so); break;          /* scatter_add */
+        default: ok = si <= sx && (d == dim || si <= so); break; /* scatter_add */
         }
         if (!ok)
             return tpu_kernel_fail(a, "%s: size mismatch at dim %d (out %lld, input %lld, index %lld)", name, d,
@@ -300,13 +300,12 @@ static tpu_status ix_check_shapes(tpu_kargs *a, const tpu_tensor *out, const tpu
     return TPU_OK;
 }
 
-tpu_status tpu_k_index(tpu_kargs *a)
-{
+tpu_status tpu_k_index(tpu_kargs *a) {
     if (a->op < TPU_OP_INDEX_SELECT || a->op > TPU_OP_INDEX_ADD || a->n != 3)
         return tpu_kernel_fail(a, "%s: not an index op or wrong operand count %d", tpu_op_name(a->op), a->n);
     bool select_like = a->op == TPU_OP_INDEX_SELECT || a->op == TPU_OP_INDEX_ADD;
     bool scatter = a->op == TPU_OP_SCATTER_ADD || a->op == TPU_OP_INDEX_ADD;
-    tpu_tensor out, ix, x;             /* x: the read tensor (input for select/gather, src for the adds) */
+    tpu_tensor out, ix, x; /* x: the read tensor (input for select/gather, src for the adds) */
     ix_view(&out, &a->t[0]);
     ix_view(&ix, &a->t[scatter ? 1 : 2]);
     ix_view(&x, &a->t[scatter ? 2 : 1]);
@@ -317,7 +316,8 @@ tpu_status tpu_k_index(tpu_kargs *a)
     if (dim < 0 || dim >= out.ndim)
         return tpu_kernel_fail(a, "%s: dim %lld out of range for a %d-d tensor", name, (long long)dim, a->t[0].ndim);
     if (ix.dtype != TPU_I64 && ix.dtype != TPU_I32)
-        return tpu_kernel_fail(a, "%s: index must be int64 or int32, got %s", name, tpu_dtype_name((tpu_dtype)ix.dtype));
+        return tpu_kernel_fail(a, "%s: index must be int64 or int32, got %s", name,
+                               tpu_dtype_name((tpu_dtype)ix.dtype));
     if (out.dtype != x.dtype)
         return tpu_kernel_fail(a, "%s: dtypes %s and %s differ", name, tpu_dtype_name((tpu_dtype)out.dtype),
                                tpu_dtype_name((tpu_dtype)x.dtype));
@@ -325,8 +325,7 @@ tpu_status tpu_k_index(tpu_kargs *a)
         tpu_kernel_fail(a, "%s: dtype %s not supported", name, tpu_dtype_name((tpu_dtype)out.dtype));
         return TPU_ERROR_NOT_SUPPORTED;
     }
-    if (select_like && a->t[scatter ? 1 : 2].ndim > 1)
-        return tpu_kernel_fail(a, "%s: index must be 0-d or 1-d", name);
+    if (select_like && a->t[scatter ? 1 : 2].ndim > 1) return tpu_kernel_fail(a, "%s: index must be 0-d or 1-d", name);
     if (!select_like && ix.ndim != out.ndim)
         return tpu_kernel_fail(a, "%s: index has %d dims, expected %d", name, ix.ndim, out.ndim);
     int64_t K = select_like ? ix.sizes[0] : 0;
@@ -346,7 +345,7 @@ tpu_status tpu_k_index(tpu_kargs *a)
     p.es = tpu_dtype_size(p.dt);
     p.alpha = a->op == TPU_OP_INDEX_ADD ? q.alpha : 1.0;
     const tpu_tensor *shape = a->op == TPU_OP_INDEX_SELECT ? &out : a->op == TPU_OP_INDEX_ADD ? &x : &ix;
-    const tpu_tensor *rd = &x;         /* the tensor read (src side) */
+    const tpu_tensor *rd = &x; /* the tensor read (src side) */
     p.db = out.base;
     p.sb = rd->base;
     p.ib = ix.base;

@@ -9,7 +9,7 @@
 #define TPU_KERNELS_IMPL_H
 
 #include "ref/ref-impl.h"
-#include "tpu/device.h"      /* tpu_mxu_kind (a type only: kernels call nothing there) */
+#include "tpu/device.h" /* tpu_mxu_kind (a type only: kernels call nothing there) */
 #include <stdint.h>
 #include <stddef.h>
 
@@ -40,8 +40,8 @@ const char *tpu_gemm_unit_name(bool bf16);
 typedef struct tpu_compute_iface {
     /* fn(ctx, begin, end) on disjoint ranges of [0, n) of at least `grain` items. */
     void (*parallel_for)(int64_t n, int64_t grain, void (*fn)(void *ctx, int64_t b, int64_t e), void *ctx);
-    int (*num_workers)(void);        /* compute threads, the caller included */
-    bool mxu_portable;               /* TPU_MXU=portable: the matrix unit's C path */
+    int (*num_workers)(void); /* compute threads, the caller included */
+    bool mxu_portable;        /* TPU_MXU=portable: the matrix unit's C path */
 } tpu_compute_iface;
 /* Borrowed: `c` must live as long as the process (a static). */
 void tpu_kernels_set_compute(const tpu_compute_iface *c);
@@ -57,9 +57,9 @@ enum {
     TPU_CPU_AVX = 1u << 0,
     TPU_CPU_AVX2 = 1u << 1,
     TPU_CPU_AVX512F = 1u << 2,
-    TPU_CPU_AVX512BF16 = 1u << 3,   /* with the OS's AVX-512 state */
-    TPU_CPU_AMX = 1u << 4,          /* AMX-TILE and AMX-BF16 (not used yet) */
-    TPU_CPU_FMA = 1u << 5,          /* FMA3 (vfmadd231ps on ymm) */
+    TPU_CPU_AVX512BF16 = 1u << 3, /* with the OS's AVX-512 state */
+    TPU_CPU_AMX = 1u << 4,        /* AMX-TILE and AMX-BF16 (not used yet) */
+    TPU_CPU_FMA = 1u << 5,        /* FMA3 (vfmadd231ps on ymm) */
 };
 unsigned tpu_cpu_features(void);
 /* The matrix unit the kernels use: AVX512-BF16 if the host has it, else

@@ -23,32 +23,29 @@
 #else
 #define LN_CLONES TPU_TARGET_CLONES
 #endif
-#define LN_INLINE static inline __attribute__((always_inline))
+#define LN_INLINE     static inline __attribute__((always_inline))
 #define LN_BWD_CHUNKS 16
-#define LN_FLUSH 32                    /* rows summed in float before adding into double */
+#define LN_FLUSH      32 /* rows summed in float before adding into double */
 
 LN_INLINE void vload(vf8 *v, const float *p) { memcpy(v, p, sizeof *v); }
 LN_INLINE void vstore(float *p, const vf8 *v) { memcpy(p, v, sizeof *v); }
 /* the 8 floats of v as two double vectors (register shuffles: splitting
  * through memory stalls on store forwarding) */
-LN_INLINE void vsplit(const vf8 *v, vd4 *lo, vd4 *hi)
-{
+LN_INLINE void vsplit(const vf8 *v, vd4 *lo, vd4 *hi) {
     vf4 l = __builtin_shufflevector(*v, *v, 0, 1, 2, 3);
     vf4 h = __builtin_shufflevector(*v, *v, 4, 5, 6, 7);
     *lo = __builtin_convertvector(l, vd4);
     *hi = __builtin_convertvector(h, vd4);
 }
-LN_INLINE double vhsum(const vd4 *a, const vd4 *b)
-{
+LN_INLINE double vhsum(const vd4 *a, const vd4 *b) {
     vd4 s = *a + *b;
     return (s[0] + s[1]) + (s[2] + s[3]);
 }
 
 /* ---- float rows ---- */
 
-LN_CLONES static double row_sum_f(const float *x, int64_t n)
-{
-    vd4 a0 = { 0 }, a1 = { 0 };
+LN_CLONES static double row_sum_f(const float *x, int64_t n) {
+    vd4 a0 = {0}, a1 = {0};
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
         vf8 v;
@@ -63,9 +60,8 @@ LN_CLONES static double row_sum_f(const float *x, int64_t n)
     return s;
 }
 
-LN_CLONES static double row_sqdev_f(const float *x, int64_t n, double mean)
-{
-    vd4 a0 = { 0 }, a1 = { 0 };
+LN_CLONES static double row_sqdev_f(const float *x, int64_t n, double mean) {
+    vd4 a0 = {0}, a1 = {0};
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
         vf8 v;
@@ -85,8 +81,7 @@ LN_CLONES static double row_sqdev_f(const float *x, int64_t n, double mean)
 /* y = (x - mean)*rstd [* w] [+ b]; the subtraction form stays exact when
  * the variance is tiny next to the mean (x*rstd - mean*rstd would cancel). */
 LN_CLONES static void row_apply_f(float *y, const float *x, int64_t n, float mean, float rstd, const float *w,
-                                  const float *b)
-{
+                                  const float *b) {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
         vf8 v;
@@ -113,10 +108,9 @@ LN_CLONES static void row_apply_f(float *y, const float *x, int64_t n, float mea
 }
 
 /* Backward sums over a row: sum(g) and sum(g*xhat), g = grad [* w]. */
-LN_CLONES static void row_bwd_sums_f(const float *gr, const float *x, const float *w, int64_t n, float mean,
-                                     float rstd, double *sg, double *sgx)
-{
-    vd4 a0 = { 0 }, a1 = { 0 }, b0 = { 0 }, b1 = { 0 };
+LN_CLONES static void row_bwd_sums_f(const float *gr, const float *x, const float *w, int64_t n, float mean, float rstd,
+                                     double *sg, double *sgx) {
+    vd4 a0 = {0}, a1 = {0}, b0 = {0}, b1 = {0};
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
         vf8 g, xh;
@@ -150,8 +144,7 @@ LN_CLONES static void row_bwd_sums_f(const float *gr, const float *x, const floa
 
 /* aw += g*xhat, ab += g (float; flushed to double every LN_FLUSH rows) */
 LN_CLONES static void row_dwdb_f(float *aw, float *ab, const float *gr, const float *x, int64_t n, float mean,
-                                 float rstd)
-{
+                                 float rstd) {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
         vf8 g, xh, w, b;
@@ -172,9 +165,8 @@ LN_CLONES static void row_dwdb_f(float *aw, float *ab, const float *gr, const fl
 }
 
 /* dx = rstd * (g - c1 - xhat*c2) */
-LN_CLONES static void row_bwd_dx_f(float *dx, const float *gr, const float *x, const float *w, int64_t n,
-                                   float mean, float rstd, float c1, float c2)
-{
+LN_CLONES static void row_bwd_dx_f(float *dx, const float *gr, const float *x, const float *w, int64_t n, float mean,
+                                   float rstd, float c1, float c2) {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
         vf8 g, xh;
@@ -203,12 +195,11 @@ LN_CLONES static void row_bwd_dx_f(float *dx, const float *gr, const float *x, c
 typedef struct ln_map {
     int nl;
     int64_t lsizes[TPU_MAX_DIMS], lst[TPU_MAX_DIMS];
-    int64_t *tab;                      /* owned */
+    int64_t *tab; /* owned */
 } ln_map;
 
 /* Number of trailing dims of t whose product is M, or -1. */
-static int ln_split(const tpu_tensor *t, int64_t M)
-{
+static int ln_split(const tpu_tensor *t, int64_t M) {
     int64_t prod = 1;
     for (int k = 0; k <= t->ndim; k++) {
         if (prod == M) return k;
@@ -218,8 +209,7 @@ static int ln_split(const tpu_tensor *t, int64_t M)
     return -1;
 }
 
-static bool ln_map_init(ln_map *m, const tpu_tensor *t, int k, int64_t M)
-{
+static bool ln_map_init(ln_map *m, const tpu_tensor *t, int k, int64_t M) {
     memset(m, 0, sizeof *m);
     m->nl = t->ndim - k;
     for (int d = 0; d < m->nl; d++) {
@@ -235,7 +225,7 @@ static bool ln_map_init(ln_map *m, const tpu_tensor *t, int k, int64_t M)
     if (contig || M == 0) return true;
     m->tab = malloc((size_t)M * sizeof *m->tab);
     if (!m->tab) return false;
-    int64_t idx[TPU_MAX_DIMS] = { 0 }, off = 0;
+    int64_t idx[TPU_MAX_DIMS] = {0}, off = 0;
     for (int64_t j = 0; j < M; j++) {
         m->tab[j] = off;
         for (int d = t->ndim - 1; d >= m->nl; d--) {
@@ -248,8 +238,7 @@ static bool ln_map_init(ln_map *m, const tpu_tensor *t, int k, int64_t M)
     return true;
 }
 
-static int64_t ln_row_base(const ln_map *m, const tpu_tensor *t, int64_t r)
-{
+static int64_t ln_row_base(const ln_map *m, const tpu_tensor *t, int64_t r) {
     int64_t off = t->offset;
     for (int d = m->nl - 1; d >= 0; d--) {
         off += (r % m->lsizes[d]) * m->lst[d];
@@ -259,29 +248,34 @@ static int64_t ln_row_base(const ln_map *m, const tpu_tensor *t, int64_t r)
 }
 
 /* dst (float, or double if dbl) <- n elements at base (+tab[j] or +j) */
-static void ln_gather(void *dst, bool dbl, const tpu_tensor *t, int64_t base, const int64_t *tab, int64_t n)
-{
+static void ln_gather(void *dst, bool dbl, const tpu_tensor *t, int64_t base, const int64_t *tab, int64_t n) {
     tpu_dtype dt = (tpu_dtype)t->dtype;
     const char *p = (const char *)t->base + (size_t)base * tpu_dtype_size(dt);
-    if (dbl && tab) tpu_tile_load_f64_at(dst, p, tab, n, dt);
-    else if (dbl) tpu_tile_load_f64(dst, p, 1, n, dt);
-    else if (tab) tpu_tile_load_f32_at(dst, p, tab, n, dt);
-    else tpu_tile_load_f32(dst, p, 1, n, dt);
+    if (dbl && tab)
+        tpu_tile_load_f64_at(dst, p, tab, n, dt);
+    else if (dbl)
+        tpu_tile_load_f64(dst, p, 1, n, dt);
+    else if (tab)
+        tpu_tile_load_f32_at(dst, p, tab, n, dt);
+    else
+        tpu_tile_load_f32(dst, p, 1, n, dt);
 }
 
-static void ln_scatter(const tpu_tensor *t, int64_t base, const int64_t *tab, const void *src, bool dbl, int64_t n)
-{
+static void ln_scatter(const tpu_tensor *t, int64_t base, const int64_t *tab, const void *src, bool dbl, int64_t n) {
     tpu_dtype dt = (tpu_dtype)t->dtype;
     char *p = (char *)t->base + (size_t)base * tpu_dtype_size(dt);
-    if (dbl && tab) tpu_tile_store_f64_at(p, tab, src, n, dt);
-    else if (dbl) tpu_tile_store_f64(p, 1, src, n, dt);
-    else if (tab) tpu_tile_store_f32_at(p, tab, src, n, dt);
-    else tpu_tile_store_f32(p, 1, src, n, dt);
+    if (dbl && tab)
+        tpu_tile_store_f64_at(p, tab, src, n, dt);
+    else if (dbl)
+        tpu_tile_store_f64(p, 1, src, n, dt);
+    else if (tab)
+        tpu_tile_store_f32_at(p, tab, src, n, dt);
+    else
+        tpu_tile_store_f32(p, 1, src, n, dt);
 }
 
 /* A row of t for reading: in place if possible, else gathered into buf. */
-static void *ln_row_in(const tpu_tensor *t, const ln_map *m, int64_t r, bool dbl, void *buf, int64_t M)
-{
+static void *ln_row_in(const tpu_tensor *t, const ln_map *m, int64_t r, bool dbl, void *buf, int64_t M) {
     int64_t base = ln_row_base(m, t, r);
     if (!m->tab && t->dtype == (dbl ? TPU_F64 : TPU_F32))
         return (char *)t->base + (size_t)base * (dbl ? sizeof(double) : sizeof(float));
@@ -290,23 +284,20 @@ static void *ln_row_in(const tpu_tensor *t, const ln_map *m, int64_t r, bool dbl
 }
 
 /* A row of t for writing: in place if possible, else buf (then ln_row_out). */
-static void *ln_row_dst(const tpu_tensor *t, const ln_map *m, int64_t r, bool dbl, void *buf)
-{
+static void *ln_row_dst(const tpu_tensor *t, const ln_map *m, int64_t r, bool dbl, void *buf) {
     if (!m->tab && t->dtype == (dbl ? TPU_F64 : TPU_F32))
         return (char *)t->base + (size_t)ln_row_base(m, t, r) * (dbl ? sizeof(double) : sizeof(float));
     return buf;
 }
 
-static void ln_row_out(const tpu_tensor *t, const ln_map *m, int64_t r, bool dbl, const void *row, int64_t M)
-{
-    if (!m->tab && t->dtype == (dbl ? TPU_F64 : TPU_F32)) return;     /* written in place */
+static void ln_row_out(const tpu_tensor *t, const ln_map *m, int64_t r, bool dbl, const void *row, int64_t M) {
+    if (!m->tab && t->dtype == (dbl ? TPU_F64 : TPU_F32)) return; /* written in place */
     ln_scatter(t, ln_row_base(m, t, r), m->tab, row, dbl, M);
 }
 
 /* A contiguous M-element vector (weight, bias) in the compute dtype;
  * *owned is set when it had to be converted. */
-static void *ln_vec(const tpu_tensor *t, bool dbl, int64_t M, void **owned)
-{
+static void *ln_vec(const tpu_tensor *t, bool dbl, int64_t M, void **owned) {
     *owned = NULL;
     if (t->dtype == (dbl ? TPU_F64 : TPU_F32))
         return (char *)t->base + (size_t)t->offset * (dbl ? sizeof(double) : sizeof(float));
@@ -330,8 +321,7 @@ typedef struct ln_fwd {
     int failed;
 } ln_fwd;
 
-static void ln_fwd_rows(void *ctx, int64_t rb, int64_t re)
-{
+static void ln_fwd_rows(void *ctx, int64_t rb, int64_t re) {
     ln_fwd *f = ctx;
     size_t es = f->dbl ? sizeof(double) : sizeof(float);
     char *buf = malloc(2 * (size_t)f->M * es);
@@ -375,8 +365,7 @@ static void ln_fwd_rows(void *ctx, int64_t rb, int64_t re)
     free(buf);
 }
 
-static tpu_status ln_check(tpu_kargs *a, const tpu_tensor *x, int64_t M, int *k)
-{
+static tpu_status ln_check(tpu_kargs *a, const tpu_tensor *x, int64_t M, int *k) {
     if (x->is_scalar || !tpu_dtype_is_float((tpu_dtype)x->dtype))
         return tpu_kernel_fail(a, "%s: input must be a floating tensor", tpu_op_name(a->op));
     *k = ln_split(x, M);
@@ -386,15 +375,13 @@ static tpu_status ln_check(tpu_kargs *a, const tpu_tensor *x, int64_t M, int *k)
     return TPU_OK;
 }
 
-static int64_t ln_rows(const tpu_tensor *x, int k)
-{
+static int64_t ln_rows(const tpu_tensor *x, int k) {
     int64_t rows = 1;
     for (int d = 0; d < x->ndim - k; d++) rows *= x->sizes[d];
     return rows;
 }
 
-static tpu_status ln_forward(tpu_kargs *a)
-{
+static tpu_status ln_forward(tpu_kargs *a) {
     tpu_args_LAYER_NORM q = tpu_unpack_LAYER_NORM(&a->p);
     int64_t M = q.cols;
     bool has_w = q.has_weight != 0, has_b = q.has_bias != 0;
@@ -403,7 +390,10 @@ static tpu_status ln_forward(tpu_kargs *a)
     ln_fwd f;
     memset(&f, 0, sizeof f);
     f.a = a;
-    f.y = &a->t[0]; f.mean = &a->t[1]; f.rstd = &a->t[2]; f.x = &a->t[3];
+    f.y = &a->t[0];
+    f.mean = &a->t[1];
+    f.rstd = &a->t[2];
+    f.x = &a->t[3];
     f.M = M;
     f.eps = q.eps;
     f.dbl = f.y->dtype == TPU_F64;
@@ -412,7 +402,7 @@ static tpu_status ln_forward(tpu_kargs *a)
     if (st != TPU_OK) return st;
     int64_t rows = ln_rows(f.x, k);
     if (rows == 0) return TPU_OK;
-    if (M == 0) {               /* PyTorch: mean 0, rstd NaN */
+    if (M == 0) { /* PyTorch: mean 0, rstd NaN */
         for (int64_t r = 0; r < rows; r++) {
             tpu_store_f64(tpu_elem_ptr(f.mean, r), (tpu_dtype)f.mean->dtype, 0.0);
             tpu_store_f64(tpu_elem_ptr(f.rstd, r), (tpu_dtype)f.rstd->dtype, NAN);
@@ -447,13 +437,12 @@ typedef struct ln_bwd {
     int64_t M, rows;
     bool dbl, want_dx, want_dwdb;
     const void *w;
-    double *part;                      /* [LN_BWD_CHUNKS][2][M]: dw, db partial sums */
+    double *part; /* [LN_BWD_CHUNKS][2][M]: dw, db partial sums */
     int failed;
 } ln_bwd;
 
-static void ln_bwd_row_d(ln_bwd *b, const double *g, const double *x, double mean, double rstd, double *dx,
-                         double *pw, double *pb)
-{
+static void ln_bwd_row_d(ln_bwd *b, const double *g, const double *x, double mean, double rstd, double *dx, double *pw,
+                         double *pb) {
     const double *w = b->w;
     int64_t M = b->M;
     if (b->want_dx) {
@@ -477,8 +466,7 @@ static void ln_bwd_row_d(ln_bwd *b, const double *g, const double *x, double mea
     }
 }
 
-static void ln_bwd_chunks(void *ctx, int64_t cb, int64_t ce)
-{
+static void ln_bwd_chunks(void *ctx, int64_t cb, int64_t ce) {
     ln_bwd *b = ctx;
     size_t es = b->dbl ? sizeof(double) : sizeof(float), M = (size_t)b->M;
     /* row buffers: grad, x, dx; then float dw/db accumulators */
@@ -526,8 +514,7 @@ static void ln_bwd_chunks(void *ctx, int64_t cb, int64_t ce)
 }
 
 /* dw/db = sum of the chunk partials, in chunk order */
-static void ln_bwd_reduce(ln_bwd *b, const tpu_tensor *dw, const tpu_tensor *db)
-{
+static void ln_bwd_reduce(ln_bwd *b, const tpu_tensor *dw, const tpu_tensor *db) {
     for (int64_t j = 0; j < b->M; j++) {
         double sw = 0, sb = 0;
         for (int c = 0; c < LN_BWD_CHUNKS; c++) {
@@ -539,15 +526,17 @@ static void ln_bwd_reduce(ln_bwd *b, const tpu_tensor *dw, const tpu_tensor *db)
     }
 }
 
-static tpu_status ln_backward(tpu_kargs *a)
-{
-    if (a->n != 7 && a->n != 8)
-        return tpu_kernel_fail(a, "layer_norm_backward: %d operands, expected 7 or 8", a->n);
+static tpu_status ln_backward(tpu_kargs *a) {
+    if (a->n != 7 && a->n != 8) return tpu_kernel_fail(a, "layer_norm_backward: %d operands, expected 7 or 8", a->n);
     ln_bwd b;
     memset(&b, 0, sizeof b);
     const tpu_tensor *dw = &a->t[1], *db = &a->t[2];
     b.a = a;
-    b.dx = &a->t[0]; b.grad = &a->t[3]; b.x = &a->t[4]; b.mean = &a->t[5]; b.rstd = &a->t[6];
+    b.dx = &a->t[0];
+    b.grad = &a->t[3];
+    b.x = &a->t[4];
+    b.mean = &a->t[5];
+    b.rstd = &a->t[6];
     b.M = tpu_unpack_LAYER_NORM_BWD(&a->p).cols;
     b.want_dx = !b.dx->is_scalar;
     b.want_dwdb = !dw->is_scalar || !db->is_scalar;
@@ -562,8 +551,7 @@ static tpu_status ln_backward(tpu_kargs *a)
     if (!ln_map_init(&b.xm, b.x, k, b.M) || !ln_map_init(&b.gm, b.grad, k, b.M)) goto out_free_maps;
     if (b.want_dx && !ln_map_init(&b.dxm, b.dx, k, b.M)) goto out_free_maps;
     if (a->n == 8 && b.want_dx && !(b.w = ln_vec(&a->t[7], b.dbl, b.M, &wown))) goto out_free_maps;
-    if (b.want_dwdb && !(b.part = calloc((size_t)LN_BWD_CHUNKS * 2 * (size_t)b.M, sizeof *b.part)))
-        goto out_free_vec;
+    if (b.want_dwdb && !(b.part = calloc((size_t)LN_BWD_CHUNKS * 2 * (size_t)b.M, sizeof *b.part))) goto out_free_vec;
     tpu_parallel_for(LN_BWD_CHUNKS, 1, ln_bwd_chunks, &b);
     if (!b.failed) {
         if (b.want_dwdb) ln_bwd_reduce(&b, dw, db);
@@ -582,8 +570,7 @@ out_free_maps:
     return st;
 }
 
-tpu_status tpu_k_norm(tpu_kargs *a)
-{
+tpu_status tpu_k_norm(tpu_kargs *a) {
     switch (a->op) {
     case TPU_OP_LAYER_NORM: return ln_forward(a);
     case TPU_OP_LAYER_NORM_BWD: return ln_backward(a);

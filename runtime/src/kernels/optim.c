@@ -19,14 +19,12 @@
 #include <stdbool.h>
 #include <string.h>
 
-
 typedef struct adamw_c {
-    float decay, w, beta2, omb2, bc2s, eps, nstep;             /* float scalars */
-    double ddecay, dw, dbeta2, domb2, dbc2s, deps, dnstep;     /* the same in double */
+    float decay, w, beta2, omb2, bc2s, eps, nstep;         /* float scalars */
+    double ddecay, dw, dbeta2, domb2, dbc2s, deps, dnstep; /* the same in double */
 } adamw_c;
 
-static inline void adamw_f(const adamw_c *c, float *p, float *m, float *v, float g)
-{
+static inline void adamw_f(const adamw_c *c, float *p, float *m, float *v, float g) {
     float pp = *p * c->decay;
     float mm = *m;
     mm = c->w < 0.5f ? mm + c->w * (g - mm) : g - (g - mm) * (1.0f - c->w);
@@ -38,8 +36,7 @@ static inline void adamw_f(const adamw_c *c, float *p, float *m, float *v, float
     *v = vv;
 }
 
-static inline void adamw_d(const adamw_c *c, double *p, double *m, double *v, double g)
-{
+static inline void adamw_d(const adamw_c *c, double *p, double *m, double *v, double g) {
     double pp = *p * c->ddecay;
     double mm = *m;
     mm = c->dw < 0.5 ? mm + c->dw * (g - mm) : g - (g - mm) * (1.0 - c->dw);
@@ -65,8 +62,7 @@ typedef struct adamw_ctx {
  * and scalar paths agree bit for bit. */
 #define ADAMW_AVX2 __attribute__((target("avx2"), always_inline)) static inline
 
-ADAMW_AVX2 void adamw_v8(const adamw_c *c, vf8 *p, vf8 *m, vf8 *v, const vf8 *g)
-{
+ADAMW_AVX2 void adamw_v8(const adamw_c *c, vf8 *p, vf8 *m, vf8 *v, const vf8 *g) {
     vf8 gg = *g, mm = *m, vv = *v * c->beta2;
     mm = c->w < 0.5f ? mm + c->w * (gg - mm) : gg - (gg - mm) * (1.0f - c->w);
     vv = vv + c->omb2 * gg * gg;
@@ -77,8 +73,7 @@ ADAMW_AVX2 void adamw_v8(const adamw_c *c, vf8 *p, vf8 *m, vf8 *v, const vf8 *g)
 }
 
 __attribute__((target("avx2"))) static int64_t adamw_f32_avx2(const adamw_c *c, float *p, float *m, float *v,
-                                                               const float *g, int64_t n)
-{
+                                                              const float *g, int64_t n) {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
         vf8 pp, mm, vv, gg;
@@ -94,9 +89,8 @@ __attribute__((target("avx2"))) static int64_t adamw_f32_avx2(const adamw_c *c, 
     return i;
 }
 
-__attribute__((target("avx2"))) static int64_t adamw_bf16_avx2(const adamw_c *c, uint16_t *p, uint16_t *m,
-                                                                uint16_t *v, const uint16_t *g, int64_t n)
-{
+__attribute__((target("avx2"))) static int64_t adamw_bf16_avx2(const adamw_c *c, uint16_t *p, uint16_t *m, uint16_t *v,
+                                                               const uint16_t *g, int64_t n) {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
         vf8 pp, mm, vv, gg;
@@ -112,14 +106,12 @@ __attribute__((target("avx2"))) static int64_t adamw_bf16_avx2(const adamw_c *c,
     return i;
 }
 
-static void adamw_f32_contig(const adamw_c *c, float *p, float *m, float *v, const float *g, int64_t n)
-{
+static void adamw_f32_contig(const adamw_c *c, float *p, float *m, float *v, const float *g, int64_t n) {
     int64_t i = (tpu_cpu_features() & TPU_CPU_AVX2) ? adamw_f32_avx2(c, p, m, v, g, n) : 0;
     for (; i < n; i++) adamw_f(c, p + i, m + i, v + i, g[i]);
 }
 
-static void adamw_bf16_contig(const adamw_c *c, uint16_t *p, uint16_t *m, uint16_t *v, const uint16_t *g, int64_t n)
-{
+static void adamw_bf16_contig(const adamw_c *c, uint16_t *p, uint16_t *m, uint16_t *v, const uint16_t *g, int64_t n) {
     int64_t i = (tpu_cpu_features() & TPU_CPU_AVX2) ? adamw_bf16_avx2(c, p, m, v, g, n) : 0;
     for (; i < n; i++) {
         float pp = tpu_bf16_to_f32(p[i]), mm = tpu_bf16_to_f32(m[i]), vv = tpu_bf16_to_f32(v[i]);
@@ -132,8 +124,7 @@ static void adamw_bf16_contig(const adamw_c *c, uint16_t *p, uint16_t *m, uint16
 
 /* A run of n <= TPU_TILE elements along the last dim, any floating dtypes
  * and strides, through float (double for a float64 param) buffers. */
-static void adamw_run(const adamw_c *c, const tpu_tensor *t, const int64_t *off, int64_t n)
-{
+static void adamw_run(const adamw_c *c, const tpu_tensor *t, const int64_t *off, int64_t n) {
     char *ptr[4];
     int64_t st[4];
     tpu_dtype dt[4];
@@ -155,8 +146,7 @@ static void adamw_run(const adamw_c *c, const tpu_tensor *t, const int64_t *off,
     }
 }
 
-static void adamw_range(void *ctx, int64_t b, int64_t e)
-{
+static void adamw_range(void *ctx, int64_t b, int64_t e) {
     const adamw_ctx *x = ctx;
     const tpu_tensor *t = x->a->t;
     if (x->contig && t[0].dtype == TPU_F32) {
@@ -187,7 +177,7 @@ static void adamw_range(void *ctx, int64_t b, int64_t e)
         if (last < 0) break;
         idx[last] += L;
         for (int k = 0; k < 4; k++) off[k] += L * t[k].strides[last];
-        for (int d = last; d > 0 && idx[d] == x->sizes[d]; d--) {     /* carry into the dims above */
+        for (int d = last; d > 0 && idx[d] == x->sizes[d]; d--) { /* carry into the dims above */
             for (int k = 0; k < 4; k++) off[k] += t[k].strides[d - 1] - idx[d] * t[k].strides[d];
             idx[d] = 0;
             idx[d - 1]++;
@@ -195,8 +185,7 @@ static void adamw_range(void *ctx, int64_t b, int64_t e)
     }
 }
 
-static bool adamw_contig(const tpu_tensor *t, const tpu_tensor *ref)
-{
+static bool adamw_contig(const tpu_tensor *t, const tpu_tensor *ref) {
     int64_t expect = 1;
     for (int d = t->ndim - 1; d >= 0; d--) {
         if (t->sizes[d] != 1 && t->strides[d] != expect) return false;
@@ -205,8 +194,7 @@ static bool adamw_contig(const tpu_tensor *t, const tpu_tensor *ref)
     return t->dtype == ref->dtype;
 }
 
-static tpu_status adamw_step(tpu_kargs *a)
-{
+static tpu_status adamw_step(tpu_kargs *a) {
     const tpu_tensor *t = a->t;
     if (a->n != 4) return tpu_kernel_fail(a, "adamw_step: %d operands, expected 4", a->n);
     tpu_args_ADAMW_STEP q = tpu_unpack_ADAMW_STEP(&a->p);
@@ -220,8 +208,8 @@ static tpu_status adamw_step(tpu_kargs *a)
             return tpu_kernel_fail(a, "adamw_step: operand %d must be a floating tensor shaped like param", k);
         for (int d = 0; d < t[0].ndim; d++)
             if (t[k].sizes[d] != t[0].sizes[d])
-                return tpu_kernel_fail(a, "adamw_step: operand %d size %lld differs from param size %lld at dim %d",
-                                       k, (long long)t[k].sizes[d], (long long)t[0].sizes[d], d);
+                return tpu_kernel_fail(a, "adamw_step: operand %d size %lld differs from param size %lld at dim %d", k,
+                                       (long long)t[k].sizes[d], (long long)t[0].sizes[d], d);
     }
     double lr = q.lr, beta1 = q.beta1, beta2 = q.beta2, eps = q.eps, wd = q.weight_decay;
     double step = (double)q.step;
@@ -252,8 +240,7 @@ static tpu_status adamw_step(tpu_kargs *a)
     return TPU_OK;
 }
 
-tpu_status tpu_k_optim(tpu_kargs *a)
-{
+tpu_status tpu_k_optim(tpu_kargs *a) {
     if (a->op == TPU_OP_ADAMW_STEP) return adamw_step(a);
     return tpu_kernel_fail(a, "%s: not an optimizer op", tpu_op_name(a->op));
 }

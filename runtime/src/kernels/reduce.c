@@ -32,17 +32,29 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define RED_CHUNK TPU_TILE      /* gather buffer and column block */
-#define RED_GRAIN 32768         /* input elements per parallel task */
-#define RED_SPLIT_MAX_OUT 16    /* at most this many outputs: split long reductions */
-#define RED_MIN_COLS 16         /* narrower kept inner dims use rows */
-#define RED_SHORT 16            /* reductions this short use columns even when strided */
-#define RED_L 8                 /* lanes per vector */
+#define RED_CHUNK         TPU_TILE /* gather buffer and column block */
+#define RED_GRAIN         32768    /* input elements per parallel task */
+#define RED_SPLIT_MAX_OUT 16       /* at most this many outputs: split long reductions */
+#define RED_MIN_COLS      16       /* narrower kept inner dims use rows */
+#define RED_SHORT         16       /* reductions this short use columns even when strided */
+#define RED_L             8        /* lanes per vector */
 
 /* One pass = a map of each element and a combine. */
 typedef enum red_code {
-    RC_SUM, RC_SUM_ABS, RC_SUM_SQ, RC_SUM_NZ, RC_SUM_DEV2, RC_SUM_POW, RC_SUM_EXPSUB,
-    RC_PROD, RC_MAX, RC_MIN, RC_MAX_ABS, RC_MIN_ABS, RC_ANY, RC_ALL
+    RC_SUM,
+    RC_SUM_ABS,
+    RC_SUM_SQ,
+    RC_SUM_NZ,
+    RC_SUM_DEV2,
+    RC_SUM_POW,
+    RC_SUM_EXPSUB,
+    RC_PROD,
+    RC_MAX,
+    RC_MIN,
+    RC_MAX_ABS,
+    RC_MIN_ABS,
+    RC_ANY,
+    RC_ALL
 } red_code;
 
 typedef struct red_geom {
@@ -62,19 +74,21 @@ typedef struct red_ctx {
     size_t ies, oes;
     red_code c1, c2;
     double p, corr;
-    int64_t cst;                /* column strategy: input stride between columns */
-    int64_t nchunks;            /* split mode: chunks per output */
-    red_code cur;               /* split mode: the pass being run */
-    double *partial, *aux;      /* split mode: [nout * nchunks], [nout] */
+    int64_t cst;           /* column strategy: input stride between columns */
+    int64_t nchunks;       /* split mode: chunks per output */
+    red_code cur;          /* split mode: the pass being run */
+    double *partial, *aux; /* split mode: [nout * nchunks], [nout] */
 } red_ctx;
 
 /* ---- element maps and combines, scalar and vector ---- */
 
 static double red_ident(red_code c) {
     switch (c) {
-    case RC_PROD: case RC_ALL: return 1;
+    case RC_PROD:
+    case RC_ALL: return 1;
     case RC_MAX: return -INFINITY;
-    case RC_MIN: case RC_MIN_ABS: return INFINITY;
+    case RC_MIN:
+    case RC_MIN_ABS: return INFINITY;
     default: return 0;
     }
 }
@@ -85,222 +99,248 @@ static inline double red_minn(double a, double b) { return (b < a) | (b != b) ? 
 static double red_combine(red_code c, double a, double b) {
     switch (c) {
     case RC_PROD: return a * b;
-    case RC_MAX: case RC_MAX_ABS: case RC_ANY: return red_maxn(a, b);
-    case RC_MIN: case RC_MIN_ABS: case RC_ALL: return red_minn(a, b);
+    case RC_MAX:
+    case RC_MAX_ABS:
+    case RC_ANY: return red_maxn(a, b);
+    case RC_MIN:
+    case RC_MIN_ABS:
+    case RC_ALL: return red_minn(a, b);
     default: return a + b;
     }
 }
 
-#define RED_VZERO ((vd8){ 0 })
+#define RED_VZERO        ((vd8){0})
 #define RED_SEL(m, a, b) ((vd8)(((vl8)(a) & (m)) | ((vl8)(b) & ~(m))))
-#define RV_ADD(l, v) ((l) + (v))
-#define RV_MUL(l, v) ((l) * (v))
-#define RV_MAX(l, v) RED_SEL(((v) > (l)) | ((v) != (v)), (v), (l))
-#define RV_MIN(l, v) RED_SEL(((v) < (l)) | ((v) != (v)), (v), (l))
-#define RV_ABS(v) ((vd8)((vl8)(v) & (((vl8){ 0 }) + INT64_MAX)))
-#define RV_NZ(v) __builtin_convertvector(-((v) != RED_VZERO), vd8)
-#define RS_ADD(t, v) ((t) + (v))
-#define RS_MUL(t, v) ((t) * (v))
-#define RS_MAX(t, v) red_maxn((t), (v))
-#define RS_MIN(t, v) red_minn((t), (v))
+#define RV_ADD(l, v)     ((l) + (v))
+#define RV_MUL(l, v)     ((l) * (v))
+#define RV_MAX(l, v)     RED_SEL(((v) > (l)) | ((v) != (v)), (v), (l))
+#define RV_MIN(l, v)     RED_SEL(((v) < (l)) | ((v) != (v)), (v), (l))
+#define RV_ABS(v)        ((vd8)((vl8)(v) & (((vl8){0}) + INT64_MAX)))
+#define RV_NZ(v)         __builtin_convertvector(-((v) != RED_VZERO), vd8)
+#define RS_ADD(t, v)     ((t) + (v))
+#define RS_MUL(t, v)     ((t) * (v))
+#define RS_MAX(t, v)     red_maxn((t), (v))
+#define RS_MIN(t, v)     red_minn((t), (v))
 
 /* Loads are macros: a function returning a 64-byte vector outside the
  * AVX-512 clone changes the ABI (and trips gcc 12). */
 #define RED_LDD(v, p) memcpy(&(v), (p), sizeof(vd8))
 #define RED_STD(p, v) memcpy((p), &(v), sizeof(vd8))
-#define RED_LDF(v, p) do {                                                   \
-        vf8 f_;                                                           \
-        memcpy(&f_, (p), sizeof f_);                                         \
-        (v) = __builtin_convertvector(f_, vd8);                           \
+#define RED_LDF(v, p)                           \
+    do {                                        \
+        vf8 f_;                                 \
+        memcpy(&f_, (p), sizeof f_);            \
+        (v) = __builtin_convertvector(f_, vd8); \
     } while (0)
 
 /* exp of 8 doubles: n = round(x / ln 2), r = x - n ln 2 in two parts, a
  * degree-13 Taylor series of exp(r) (|r| <= ln2 / 2: error below 1 ulp),
  * then 2^n applied in two steps so a subnormal result is rounded once. */
-#define RED_VEXP(y, x) do {                                                             \
-        const vd8 magic_ = RED_VZERO + 0x1.8p52;                                   \
-        vl8 nan_ = (x) != (x);                                                     \
-        vd8 xc_ = RED_SEL((x) > 710.0, RED_VZERO + 710.0, (x));                    \
-        xc_ = RED_SEL(xc_ < -746.0, RED_VZERO - 746.0, xc_);                          \
-        xc_ = RED_SEL(nan_, RED_VZERO, xc_);                                          \
-        vd8 t_ = xc_ * 1.4426950408889634074 + magic_, n_ = t_ - magic_;           \
-        vl8 ni_ = (vl8)t_ - (vl8)magic_, n1_ = ni_ >> 1, n2_ = ni_ - n1_;    \
-        vd8 r_ = xc_ - n_ * 6.93147180369123816490e-01;                            \
-        r_ = r_ - n_ * 1.90821492927058770002e-10;                                    \
-        vd8 p_ = RED_VZERO + 1.0 / 6227020800.0;                                   \
-        p_ = p_ * r_ + 1.0 / 479001600.0;                                             \
-        p_ = p_ * r_ + 1.0 / 39916800.0;                                              \
-        p_ = p_ * r_ + 1.0 / 3628800.0;                                               \
-        p_ = p_ * r_ + 1.0 / 362880.0;                                                \
-        p_ = p_ * r_ + 1.0 / 40320.0;                                                 \
-        p_ = p_ * r_ + 1.0 / 5040.0;                                                  \
-        p_ = p_ * r_ + 1.0 / 720.0;                                                   \
-        p_ = p_ * r_ + 1.0 / 120.0;                                                   \
-        p_ = p_ * r_ + 1.0 / 24.0;                                                    \
-        p_ = p_ * r_ + 1.0 / 6.0;                                                     \
-        p_ = p_ * r_ + 0.5;                                                           \
-        p_ = p_ * r_ + 1.0;                                                           \
-        p_ = p_ * r_ + 1.0;                                                           \
-        p_ = p_ * (vd8)((n1_ + 1023) << 52) * (vd8)((n2_ + 1023) << 52);        \
-        p_ = RED_SEL((x) > 710.0, RED_VZERO + INFINITY, p_);                          \
-        p_ = RED_SEL((x) < -746.0, RED_VZERO, p_);                                    \
-        (y) = RED_SEL(nan_, (x), p_);                                                 \
+#define RED_VEXP(y, x)                                                    \
+    do {                                                                  \
+        const vd8 magic_ = RED_VZERO + 0x1.8p52;                          \
+        vl8 nan_ = (x) != (x);                                            \
+        vd8 xc_ = RED_SEL((x) > 710.0, RED_VZERO + 710.0, (x));           \
+        xc_ = RED_SEL(xc_ < -746.0, RED_VZERO - 746.0, xc_);              \
+        xc_ = RED_SEL(nan_, RED_VZERO, xc_);                              \
+        vd8 t_ = xc_ * 1.4426950408889634074 + magic_, n_ = t_ - magic_;  \
+        vl8 ni_ = (vl8)t_ - (vl8)magic_, n1_ = ni_ >> 1, n2_ = ni_ - n1_; \
+        vd8 r_ = xc_ - n_ * 6.93147180369123816490e-01;                   \
+        r_ = r_ - n_ * 1.90821492927058770002e-10;                        \
+        vd8 p_ = RED_VZERO + 1.0 / 6227020800.0;                          \
+        p_ = p_ * r_ + 1.0 / 479001600.0;                                 \
+        p_ = p_ * r_ + 1.0 / 39916800.0;                                  \
+        p_ = p_ * r_ + 1.0 / 3628800.0;                                   \
+        p_ = p_ * r_ + 1.0 / 362880.0;                                    \
+        p_ = p_ * r_ + 1.0 / 40320.0;                                     \
+        p_ = p_ * r_ + 1.0 / 5040.0;                                      \
+        p_ = p_ * r_ + 1.0 / 720.0;                                       \
+        p_ = p_ * r_ + 1.0 / 120.0;                                       \
+        p_ = p_ * r_ + 1.0 / 24.0;                                        \
+        p_ = p_ * r_ + 1.0 / 6.0;                                         \
+        p_ = p_ * r_ + 0.5;                                               \
+        p_ = p_ * r_ + 1.0;                                               \
+        p_ = p_ * r_ + 1.0;                                               \
+        p_ = p_ * (vd8)((n1_ + 1023) << 52) * (vd8)((n2_ + 1023) << 52);  \
+        p_ = RED_SEL((x) > 710.0, RED_VZERO + INFINITY, p_);              \
+        p_ = RED_SEL((x) < -746.0, RED_VZERO, p_);                        \
+        (y) = RED_SEL(nan_, (x), p_);                                     \
     } while (0)
 
 /* Fold n contiguous elements into acc: 4 vector accumulators, then lanes. */
-#define RED_ROW(ID, MAPV, MAPS, CV, CS) {                                               \
-        vd8 l0 = RED_VZERO + (ID), l1 = l0, l2 = l0, l3 = l0, v;                   \
-        double t = (ID);                                                              \
-        int64_t i = 0;                                                                \
-        for (; i + 4 * RED_L <= n; i += 4 * RED_L) {                                  \
-            LOADV(v, x + i); l0 = CV(l0, (MAPV));                                     \
-            LOADV(v, x + i + RED_L); l1 = CV(l1, (MAPV));                             \
-            LOADV(v, x + i + 2 * RED_L); l2 = CV(l2, (MAPV));                         \
-            LOADV(v, x + i + 3 * RED_L); l3 = CV(l3, (MAPV));                         \
-        }                                                                             \
-        for (; i + RED_L <= n; i += RED_L) { LOADV(v, x + i); l0 = CV(l0, (MAPV)); }  \
-        for (; i < n; i++) { double s = (double)x[i]; t = CS(t, (MAPS)); }            \
-        l0 = CV(l0, l1);                                                              \
-        l2 = CV(l2, l3);                                                              \
-        l0 = CV(l0, l2);                                                              \
-        for (int j = 0; j < RED_L; j++) t = CS(t, l0[j]);                             \
-        return CS(acc, t);                                                            \
+#define RED_ROW(ID, MAPV, MAPS, CV, CS)                          \
+    {                                                            \
+        vd8 l0 = RED_VZERO + (ID), l1 = l0, l2 = l0, l3 = l0, v; \
+        double t = (ID);                                         \
+        int64_t i = 0;                                           \
+        for (; i + 4 * RED_L <= n; i += 4 * RED_L) {             \
+            LOADV(v, x + i);                                     \
+            l0 = CV(l0, (MAPV));                                 \
+            LOADV(v, x + i + RED_L);                             \
+            l1 = CV(l1, (MAPV));                                 \
+            LOADV(v, x + i + 2 * RED_L);                         \
+            l2 = CV(l2, (MAPV));                                 \
+            LOADV(v, x + i + 3 * RED_L);                         \
+            l3 = CV(l3, (MAPV));                                 \
+        }                                                        \
+        for (; i + RED_L <= n; i += RED_L) {                     \
+            LOADV(v, x + i);                                     \
+            l0 = CV(l0, (MAPV));                                 \
+        }                                                        \
+        for (; i < n; i++) {                                     \
+            double s = (double)x[i];                             \
+            t = CS(t, (MAPS));                                   \
+        }                                                        \
+        l0 = CV(l0, l1);                                         \
+        l2 = CV(l2, l3);                                         \
+        l0 = CV(l0, l2);                                         \
+        for (int j = 0; j < RED_L; j++) t = CS(t, l0[j]);        \
+        return CS(acc, t);                                       \
     }
 
 /* acc[i] = combine(acc[i], map(x[i])) for n contiguous columns. */
-#define RED_COL(MAPV, MAPS, CV, CS) {                                                   \
-        int64_t i = 0;                                                                \
-        for (; i + RED_L <= n; i += RED_L) {                                          \
-            vd8 v, va, l;                                                          \
-            LOADV(v, x + i);                                                          \
-            RED_LDD(va, aux + i);                                                     \
-            RED_LDD(l, acc + i);                                                      \
-            (void)va;                                                                 \
-            l = CV(l, (MAPV));                                                        \
-            RED_STD(acc + i, l);                                                      \
-        }                                                                             \
-        for (; i < n; i++) { double s = (double)x[i], sa = aux[i]; (void)sa;          \
-                             acc[i] = CS(acc[i], (MAPS)); }                           \
-        return;                                                                       \
+#define RED_COL(MAPV, MAPS, CV, CS)               \
+    {                                             \
+        int64_t i = 0;                            \
+        for (; i + RED_L <= n; i += RED_L) {      \
+            vd8 v, va, l;                         \
+            LOADV(v, x + i);                      \
+            RED_LDD(va, aux + i);                 \
+            RED_LDD(l, acc + i);                  \
+            (void)va;                             \
+            l = CV(l, (MAPV));                    \
+            RED_STD(acc + i, l);                  \
+        }                                         \
+        for (; i < n; i++) {                      \
+            double s = (double)x[i], sa = aux[i]; \
+            (void)sa;                             \
+            acc[i] = CS(acc[i], (MAPS));          \
+        }                                         \
+        return;                                   \
     }
 
 /* Four rows at once: acc = combine(acc, combine(combine(m(x0), m(x1)),
  * combine(m(x2), m(x3)))), a quarter of the accumulator traffic. */
-#define RED_COL4(MAPV, CV) {                                                            \
-        for (int64_t i = 0; i < n; i += RED_L) {                                      \
-            vd8 v, va, l, a, b, c2;                                                \
-            RED_LDD(va, aux + i);                                                     \
-            (void)va;                                                                 \
-            LOADV(v, x0 + i); a = (MAPV);                                             \
-            LOADV(v, x1 + i); b = (MAPV); a = CV(a, b);                               \
-            LOADV(v, x2 + i); b = (MAPV);                                             \
-            LOADV(v, x3 + i); c2 = (MAPV); b = CV(b, c2);                             \
-            a = CV(a, b);                                                             \
-            RED_LDD(l, acc + i);                                                      \
-            l = CV(l, a);                                                             \
-            RED_STD(acc + i, l);                                                      \
-        }                                                                             \
-        return true;                                                                  \
+#define RED_COL4(MAPV, CV)                       \
+    {                                            \
+        for (int64_t i = 0; i < n; i += RED_L) { \
+            vd8 v, va, l, a, b, c2;              \
+            RED_LDD(va, aux + i);                \
+            (void)va;                            \
+            LOADV(v, x0 + i);                    \
+            a = (MAPV);                          \
+            LOADV(v, x1 + i);                    \
+            b = (MAPV);                          \
+            a = CV(a, b);                        \
+            LOADV(v, x2 + i);                    \
+            b = (MAPV);                          \
+            LOADV(v, x3 + i);                    \
+            c2 = (MAPV);                         \
+            b = CV(b, c2);                       \
+            a = CV(a, b);                        \
+            RED_LDD(l, acc + i);                 \
+            l = CV(l, a);                        \
+            RED_STD(acc + i, l);                 \
+        }                                        \
+        return true;                             \
     }
 
-#define RED_FOLD_FNS(SFX, ST, ISA)                                                \
-static ISA bool red_cols4_##SFX(red_code code, double *restrict acc, const ST *x0,      \
-                                const ST *x1, const ST *x2, const ST *x3, int64_t n,   \
-                                const double *restrict aux) {                          \
-    if (n % RED_L) return false;                                                       \
-    switch (code) {                                                                    \
-    case RC_SUM: RED_COL4(v, RV_ADD)                                                   \
-    case RC_SUM_ABS: RED_COL4(RV_ABS(v), RV_ADD)                                       \
-    case RC_SUM_SQ: RED_COL4(v * v, RV_ADD)                                            \
-    case RC_SUM_DEV2: RED_COL4((v - va) * (v - va), RV_ADD)                            \
-    case RC_MAX: RED_COL4(v, RV_MAX)                                                   \
-    case RC_MIN: RED_COL4(v, RV_MIN)                                                   \
-    default: return false;                                                             \
-    }                                                                                  \
-}                                                                                      \
-static ISA double red_row_##SFX(red_code code, double acc, const ST *restrict x,        \
-                                       int64_t n, double aux, double p) {              \
-    const vd8 va = RED_VZERO + aux;                                                 \
-    switch (code) {                                                                    \
-    case RC_SUM: RED_ROW(0, v, s, RV_ADD, RS_ADD)                                      \
-    case RC_SUM_ABS: RED_ROW(0, RV_ABS(v), fabs(s), RV_ADD, RS_ADD)                    \
-    case RC_SUM_SQ: RED_ROW(0, v * v, s * s, RV_ADD, RS_ADD)                           \
-    case RC_SUM_NZ: RED_ROW(0, RV_NZ(v), (double)(s != 0), RV_ADD, RS_ADD)             \
-    case RC_SUM_DEV2: RED_ROW(0, (v - va) * (v - va), (s - aux) * (s - aux), RV_ADD, RS_ADD) \
-    case RC_PROD: RED_ROW(1, v, s, RV_MUL, RS_MUL)                                     \
-    case RC_MAX: RED_ROW(-INFINITY, v, s, RV_MAX, RS_MAX)                              \
-    case RC_MIN: RED_ROW(INFINITY, v, s, RV_MIN, RS_MIN)                               \
-    case RC_MAX_ABS: RED_ROW(0, RV_ABS(v), fabs(s), RV_MAX, RS_MAX)                    \
-    case RC_MIN_ABS: RED_ROW(INFINITY, RV_ABS(v), fabs(s), RV_MIN, RS_MIN)             \
-    case RC_ANY: RED_ROW(0, RV_NZ(v), (double)(s != 0), RV_MAX, RS_MAX)                \
-    case RC_ALL: RED_ROW(1, RV_NZ(v), (double)(s != 0), RV_MIN, RS_MIN)                \
-    case RC_SUM_EXPSUB: {                                                               \
-        vd8 l = RED_VZERO, v, y;                                                    \
-        double t = 0;                                                                  \
-        int64_t i = 0;                                                                 \
-        for (; i + RED_L <= n; i += RED_L) {                                           \
-            LOADV(v, x + i);                                                           \
-            v = v - va;                                                                \
-            RED_VEXP(y, v);                                                            \
-            l = l + y;                                                                 \
-        }                                                                              \
-        for (; i < n; i++) t += exp((double)x[i] - aux);                               \
-        for (int j = 0; j < RED_L; j++) t += l[j];                                     \
-        return acc + t;                                                                \
-    }                                                                                  \
-    default: break;                                                                    \
-    }                                                                                  \
-    for (int64_t i = 0; i < n; i++) {   /* libm maps: one element at a time */         \
-        double s = (double)x[i];                                                       \
-        acc += code == RC_SUM_POW ? pow(fabs(s), p) : exp(s - aux);                    \
-    }                                                                                  \
-    return acc;                                                                        \
-}                                                                                      \
-static ISA void red_cols_##SFX(red_code code, double *restrict acc,                     \
-                                      const ST *restrict x, int64_t n,                 \
-                                      const double *restrict aux, double p) {          \
-    switch (code) {                                                                    \
-    case RC_SUM: RED_COL(v, s, RV_ADD, RS_ADD)                                         \
-    case RC_SUM_ABS: RED_COL(RV_ABS(v), fabs(s), RV_ADD, RS_ADD)                       \
-    case RC_SUM_SQ: RED_COL(v * v, s * s, RV_ADD, RS_ADD)                              \
-    case RC_SUM_NZ: RED_COL(RV_NZ(v), (double)(s != 0), RV_ADD, RS_ADD)                \
-    case RC_SUM_DEV2: RED_COL((v - va) * (v - va), (s - sa) * (s - sa), RV_ADD, RS_ADD) \
-    case RC_PROD: RED_COL(v, s, RV_MUL, RS_MUL)                                        \
-    case RC_MAX: RED_COL(v, s, RV_MAX, RS_MAX)                                         \
-    case RC_MIN: RED_COL(v, s, RV_MIN, RS_MIN)                                         \
-    case RC_MAX_ABS: RED_COL(RV_ABS(v), fabs(s), RV_MAX, RS_MAX)                       \
-    case RC_MIN_ABS: RED_COL(RV_ABS(v), fabs(s), RV_MIN, RS_MIN)                       \
-    case RC_ANY: RED_COL(RV_NZ(v), (double)(s != 0), RV_MAX, RS_MAX)                   \
-    case RC_ALL: RED_COL(RV_NZ(v), (double)(s != 0), RV_MIN, RS_MIN)                   \
-    case RC_SUM_EXPSUB: {                                                               \
-        int64_t i = 0;                                                                 \
-        for (; i + RED_L <= n; i += RED_L) {                                           \
-            vd8 v, va, l, y;                                                        \
-            LOADV(v, x + i);                                                           \
-            RED_LDD(va, aux + i);                                                      \
-            RED_LDD(l, acc + i);                                                       \
-            v = v - va;                                                                \
-            RED_VEXP(y, v);                                                            \
-            l = l + y;                                                                 \
-            RED_STD(acc + i, l);                                                       \
-        }                                                                              \
-        for (; i < n; i++) acc[i] += exp((double)x[i] - aux[i]);                       \
-        return;                                                                        \
-    }                                                                                  \
-    default: break;                                                                    \
-    }                                                                                  \
-    for (int64_t i = 0; i < n; i++) {                                                  \
-        double s = (double)x[i];                                                       \
-        acc[i] += code == RC_SUM_POW ? pow(fabs(s), p) : exp(s - aux[i]);              \
-    }                                                                                  \
-}
+#define RED_FOLD_FNS(SFX, ST, ISA)                                                                                 \
+    static ISA bool red_cols4_##SFX(red_code code, double *restrict acc, const ST *x0, const ST *x1, const ST *x2, \
+                                    const ST *x3, int64_t n, const double *restrict aux) {                         \
+        if (n % RED_L) return false;                                                                               \
+        switch (code) {                                                                                            \
+        case RC_SUM: RED_COL4(v, RV_ADD)                                                                           \
+        case RC_SUM_ABS: RED_COL4(RV_ABS(v), RV_ADD)                                                               \
+        case RC_SUM_SQ: RED_COL4(v * v, RV_ADD)                                                                    \
+        case RC_SUM_DEV2: RED_COL4((v - va) * (v - va), RV_ADD)                                                    \
+        case RC_MAX: RED_COL4(v, RV_MAX)                                                                           \
+        case RC_MIN: RED_COL4(v, RV_MIN)                                                                           \
+        default: return false;                                                                                     \
+        }                                                                                                          \
+    }                                                                                                              \
+    static ISA double red_row_##SFX(red_code code, double acc, const ST *restrict x, int64_t n, double aux,        \
+                                    double p) {                                                                    \
+        const vd8 va = RED_VZERO + aux;                                                                            \
+        switch (code) {                                                                                            \
+        case RC_SUM: RED_ROW(0, v, s, RV_ADD, RS_ADD)                                                              \
+        case RC_SUM_ABS: RED_ROW(0, RV_ABS(v), fabs(s), RV_ADD, RS_ADD)                                            \
+        case RC_SUM_SQ: RED_ROW(0, v * v, s * s, RV_ADD, RS_ADD)                                                   \
+        case RC_SUM_NZ: RED_ROW(0, RV_NZ(v), (double)(s != 0), RV_ADD, RS_ADD)                                     \
+        case RC_SUM_DEV2: RED_ROW(0, (v - va) * (v - va), (s - aux) * (s - aux), RV_ADD, RS_ADD)                   \
+        case RC_PROD: RED_ROW(1, v, s, RV_MUL, RS_MUL)                                                             \
+        case RC_MAX: RED_ROW(-INFINITY, v, s, RV_MAX, RS_MAX)                                                      \
+        case RC_MIN: RED_ROW(INFINITY, v, s, RV_MIN, RS_MIN)                                                       \
+        case RC_MAX_ABS: RED_ROW(0, RV_ABS(v), fabs(s), RV_MAX, RS_MAX)                                            \
+        case RC_MIN_ABS: RED_ROW(INFINITY, RV_ABS(v), fabs(s), RV_MIN, RS_MIN)                                     \
+        case RC_ANY: RED_ROW(0, RV_NZ(v), (double)(s != 0), RV_MAX, RS_MAX)                                        \
+        case RC_ALL: RED_ROW(1, RV_NZ(v), (double)(s != 0), RV_MIN, RS_MIN)                                        \
+        case RC_SUM_EXPSUB: {                                                                                      \
+            vd8 l = RED_VZERO, v, y;                                                                               \
+            double t = 0;                                                                                          \
+            int64_t i = 0;                                                                                         \
+            for (; i + RED_L <= n; i += RED_L) {                                                                   \
+                LOADV(v, x + i);                                                                                   \
+                v = v - va;                                                                                        \
+                RED_VEXP(y, v);                                                                                    \
+                l = l + y;                                                                                         \
+            }                                                                                                      \
+            for (; i < n; i++) t += exp((double)x[i] - aux);                                                       \
+            for (int j = 0; j < RED_L; j++) t += l[j];                                                             \
+            return acc + t;                                                                                        \
+        }                                                                                                          \
+        default: break;                                                                                            \
+        }                                                                                                          \
+        for (int64_t i = 0; i < n; i++) { /* libm maps: one element at a time */                                   \
+            double s = (double)x[i];                                                                               \
+            acc += code == RC_SUM_POW ? pow(fabs(s), p) : exp(s - aux);                                            \
+        }                                                                                                          \
+        return acc;                                                                                                \
+    }                                                                                                              \
+    static ISA void red_cols_##SFX(red_code code, double *restrict acc, const ST *restrict x, int64_t n,           \
+                                   const double *restrict aux, double p) {                                         \
+        switch (code) {                                                                                            \
+        case RC_SUM: RED_COL(v, s, RV_ADD, RS_ADD)                                                                 \
+        case RC_SUM_ABS: RED_COL(RV_ABS(v), fabs(s), RV_ADD, RS_ADD)                                               \
+        case RC_SUM_SQ: RED_COL(v * v, s * s, RV_ADD, RS_ADD)                                                      \
+        case RC_SUM_NZ: RED_COL(RV_NZ(v), (double)(s != 0), RV_ADD, RS_ADD)                                        \
+        case RC_SUM_DEV2: RED_COL((v - va) * (v - va), (s - sa) * (s - sa), RV_ADD, RS_ADD)                        \
+        case RC_PROD: RED_COL(v, s, RV_MUL, RS_MUL)                                                                \
+        case RC_MAX: RED_COL(v, s, RV_MAX, RS_MAX)                                                                 \
+        case RC_MIN: RED_COL(v, s, RV_MIN, RS_MIN)                                                                 \
+        case RC_MAX_ABS: RED_COL(RV_ABS(v), fabs(s), RV_MAX, RS_MAX)                                               \
+        case RC_MIN_ABS: RED_COL(RV_ABS(v), fabs(s), RV_MIN, RS_MIN)                                               \
+        case RC_ANY: RED_COL(RV_NZ(v), (double)(s != 0), RV_MAX, RS_MAX)                                           \
+        case RC_ALL: RED_COL(RV_NZ(v), (double)(s != 0), RV_MIN, RS_MIN)                                           \
+        case RC_SUM_EXPSUB: {                                                                                      \
+            int64_t i = 0;                                                                                         \
+            for (; i + RED_L <= n; i += RED_L) {                                                                   \
+                vd8 v, va, l, y;                                                                                   \
+                LOADV(v, x + i);                                                                                   \
+                RED_LDD(va, aux + i);                                                                              \
+                RED_LDD(l, acc + i);                                                                               \
+                v = v - va;                                                                                        \
+                RED_VEXP(y, v);                                                                                    \
+                l = l + y;                                                                                         \
+                RED_STD(acc + i, l);                                                                               \
+            }                                                                                                      \
+            for (; i < n; i++) acc[i] += exp((double)x[i] - aux[i]);                                               \
+            return;                                                                                                \
+        }                                                                                                          \
+        default: break;                                                                                            \
+        }                                                                                                          \
+        for (int64_t i = 0; i < n; i++) {                                                                          \
+            double s = (double)x[i];                                                                               \
+            acc[i] += code == RC_SUM_POW ? pow(fabs(s), p) : exp(s - aux[i]);                                      \
+        }                                                                                                          \
+    }
 
 /* The fold functions are compiled per ISA and picked at run time (gcc 12
  * crashes on target_clones of these vector selects). */
 #if defined(__x86_64__) && defined(__GNUC__)
 #define RED_ISA_AVX512 __attribute__((target("avx512f")))
-#define RED_ISA_AVX2 __attribute__((target("avx2")))
-#define LOADV RED_LDF
+#define RED_ISA_AVX2   __attribute__((target("avx2")))
+#define LOADV          RED_LDF
 RED_FOLD_FNS(f_avx512, float, RED_ISA_AVX512)
 RED_FOLD_FNS(f_avx2, float, RED_ISA_AVX2)
 RED_FOLD_FNS(f_base, float, )
@@ -316,25 +356,28 @@ static int red_isa(void) {
     return (f & TPU_CPU_AVX512F) ? 2 : (f & TPU_CPU_AVX2) ? 1 : 0;
 }
 
-#define RED_DISPATCH(SFX, ST)                                                          \
-static double red_row_##SFX(red_code code, double acc, const ST *x, int64_t n, double aux, double p) { \
-    int isa = red_isa();                                                               \
-    if (isa == 2) return red_row_##SFX##_avx512(code, acc, x, n, aux, p);              \
-    if (isa == 1) return red_row_##SFX##_avx2(code, acc, x, n, aux, p);                \
-    return red_row_##SFX##_base(code, acc, x, n, aux, p);                              \
-}                                                                                      \
-static void red_cols_##SFX(red_code code, double *acc, const ST *x, int64_t n, const double *aux, double p) { \
-    int isa = red_isa();                                                               \
-    if (isa == 2) red_cols_##SFX##_avx512(code, acc, x, n, aux, p);                    \
-    else if (isa == 1) red_cols_##SFX##_avx2(code, acc, x, n, aux, p);                 \
-    else red_cols_##SFX##_base(code, acc, x, n, aux, p);                               \
-}                                                                                      \
-static bool red_cols4_##SFX(red_code code, double *acc, const ST *const *x, int64_t n, const double *aux) { \
-    int isa = red_isa();                                                               \
-    if (isa == 2) return red_cols4_##SFX##_avx512(code, acc, x[0], x[1], x[2], x[3], n, aux); \
-    if (isa == 1) return red_cols4_##SFX##_avx2(code, acc, x[0], x[1], x[2], x[3], n, aux); \
-    return red_cols4_##SFX##_base(code, acc, x[0], x[1], x[2], x[3], n, aux);          \
-}
+#define RED_DISPATCH(SFX, ST)                                                                                     \
+    static double red_row_##SFX(red_code code, double acc, const ST *x, int64_t n, double aux, double p) {        \
+        int isa = red_isa();                                                                                      \
+        if (isa == 2) return red_row_##SFX##_avx512(code, acc, x, n, aux, p);                                     \
+        if (isa == 1) return red_row_##SFX##_avx2(code, acc, x, n, aux, p);                                       \
+        return red_row_##SFX##_base(code, acc, x, n, aux, p);                                                     \
+    }                                                                                                             \
+    static void red_cols_##SFX(red_code code, double *acc, const ST *x, int64_t n, const double *aux, double p) { \
+        int isa = red_isa();                                                                                      \
+        if (isa == 2)                                                                                             \
+            red_cols_##SFX##_avx512(code, acc, x, n, aux, p);                                                     \
+        else if (isa == 1)                                                                                        \
+            red_cols_##SFX##_avx2(code, acc, x, n, aux, p);                                                       \
+        else                                                                                                      \
+            red_cols_##SFX##_base(code, acc, x, n, aux, p);                                                       \
+    }                                                                                                             \
+    static bool red_cols4_##SFX(red_code code, double *acc, const ST *const *x, int64_t n, const double *aux) {   \
+        int isa = red_isa();                                                                                      \
+        if (isa == 2) return red_cols4_##SFX##_avx512(code, acc, x[0], x[1], x[2], x[3], n, aux);                 \
+        if (isa == 1) return red_cols4_##SFX##_avx2(code, acc, x[0], x[1], x[2], x[3], n, aux);                   \
+        return red_cols4_##SFX##_base(code, acc, x[0], x[1], x[2], x[3], n, aux);                                 \
+    }
 RED_DISPATCH(f, float)
 RED_DISPATCH(d, double)
 #else
@@ -344,8 +387,8 @@ RED_FOLD_FNS(f_base, float, )
 #define LOADV RED_LDD
 RED_FOLD_FNS(d_base, double, )
 #undef LOADV
-#define red_row_f red_row_f_base
-#define red_row_d red_row_d_base
+#define red_row_f  red_row_f_base
+#define red_row_d  red_row_d_base
 #define red_cols_f red_cols_f_base
 #define red_cols_d red_cols_d_base
 static bool red_cols4_f(red_code code, double *acc, const float *const *x, int64_t n, const double *aux) {
@@ -401,14 +444,24 @@ static tpu_status red_geometry(tpu_kargs *a, red_geom *g) {
         if (!red && o->sizes[d] != n)
             return tpu_kernel_fail(a, "%s: output size %lld does not match input size %lld at dim %d",
                                    tpu_op_name(a->op), (long long)o->sizes[d], (long long)n, d);
-        if (red) g->nred *= n;
-        else g->nout *= n;
+        if (red)
+            g->nred *= n;
+        else
+            g->nout *= n;
         if (n == 1) continue;
-        if (red) red_push(&g->nr, g->rsz, g->rin, NULL, n, in->strides[d], 0);
-        else red_push(&g->nk, g->ksz, g->kin, g->kout, n, in->strides[d], o->strides[d]);
+        if (red)
+            red_push(&g->nr, g->rsz, g->rin, NULL, n, in->strides[d], 0);
+        else
+            red_push(&g->nk, g->ksz, g->kin, g->kout, n, in->strides[d], o->strides[d]);
     }
-    if (g->nk == 0) { g->nk = 1; g->ksz[0] = 1; }
-    if (g->nr == 0) { g->nr = 1; g->rsz[0] = 1; }
+    if (g->nk == 0) {
+        g->nk = 1;
+        g->ksz[0] = 1;
+    }
+    if (g->nr == 0) {
+        g->nr = 1;
+        g->rsz[0] = 1;
+    }
     return TPU_OK;
 }
 
@@ -437,8 +490,8 @@ static int64_t red_row_offset(const red_geom *g, int64_t row) {
 /* ---- row strategy ---- */
 
 /* Fold one row of n elements with stride st (any dtype) into acc. */
-static double red_fold_row(const red_ctx *c, red_code code, double acc, const char *p, int64_t n,
-                           int64_t st, double aux) {
+static double red_fold_row(const red_ctx *c, red_code code, double acc, const char *p, int64_t n, int64_t st,
+                           double aux) {
     if (st == 1 && c->idt == TPU_F32) return red_row_f(code, acc, (const float *)p, n, aux, c->p);
     if (st == 1 && c->idt == TPU_F64) return red_row_d(code, acc, (const double *)p, n, aux, c->p);
     double buf[RED_CHUNK];
@@ -498,7 +551,8 @@ static double red_finalize(const red_ctx *c, double acc1, double acc2) {
     double n = (double)c->g.nred;
     switch (c->op) {
     case TPU_OP_MEAN: return acc1 / n;
-    case TPU_OP_VAR: case TPU_OP_STD: {
+    case TPU_OP_VAR:
+    case TPU_OP_STD: {
         double div = n - c->corr;
         double v = acc2 / (div > 0 ? div : 0);
         return c->op == TPU_OP_STD ? sqrt(v) : v;
@@ -553,8 +607,14 @@ static void red_one_output(const red_ctx *c, int64_t o) {
     int64_t in_off, out_off;
     red_kept_offsets(&c->g, o, &in_off, &out_off);
     char *dst = c->out + (size_t)out_off * c->oes;
-    if (c->arg) { tpu_store_i64(dst, c->odt, red_arg_row(c, in_off)); return; }
-    if (c->idom) { tpu_store_i64(dst, c->odt, red_span_i(c, c->c1, in_off)); return; }
+    if (c->arg) {
+        tpu_store_i64(dst, c->odt, red_arg_row(c, in_off));
+        return;
+    }
+    if (c->idom) {
+        tpu_store_i64(dst, c->odt, red_span_i(c, c->c1, in_off));
+        return;
+    }
     double acc1 = red_span(c, c->c1, in_off, 0, c->g.nred, 0), acc2 = 0;
     if (c->two_pass) acc2 = red_span(c, c->c2, in_off, 0, c->g.nred, red_aux(c, acc1));
     red_store_one_d(c, out_off, red_finalize(c, acc1, acc2));
@@ -625,8 +685,8 @@ static int64_t red_red_offset(const red_geom *g, int64_t r) {
 }
 
 /* Rows r..r+3 in place when they are contiguous float32 / float64. */
-static bool red_cols_pass4(const red_ctx *c, red_code code, double *acc, int64_t in_off, int64_t r,
-                           int64_t m, const double *aux) {
+static bool red_cols_pass4(const red_ctx *c, red_code code, double *acc, int64_t in_off, int64_t r, int64_t m,
+                           const double *aux) {
     if (c->cst != 1 || r + 4 > c->g.nred || (c->idt != TPU_F32 && c->idt != TPU_F64)) return false;
     const void *x[4];
     for (int k = 0; k < 4; k++) x[k] = c->in + (size_t)(in_off + red_red_offset(&c->g, r + k)) * c->ies;
@@ -634,8 +694,7 @@ static bool red_cols_pass4(const red_ctx *c, red_code code, double *acc, int64_t
     return red_cols4_d(code, acc, (const double *const *)x, m, aux);
 }
 
-static void red_cols_pass(const red_ctx *c, red_code code, double *acc, int64_t in_off, int64_t m,
-                          const double *aux) {
+static void red_cols_pass(const red_ctx *c, red_code code, double *acc, int64_t in_off, int64_t m, const double *aux) {
     double buf[RED_CHUNK];
     for (int64_t j = 0; j < m; j++) acc[j] = red_ident(code);
     for (int64_t r = 0; r < c->g.nred; r++) {
@@ -644,8 +703,14 @@ static void red_cols_pass(const red_ctx *c, red_code code, double *acc, int64_t 
             continue;
         }
         const char *p = c->in + (size_t)(in_off + red_red_offset(&c->g, r)) * c->ies;
-        if (c->cst == 1 && c->idt == TPU_F32) { red_cols_f(code, acc, (const float *)p, m, aux, c->p); continue; }
-        if (c->cst == 1 && c->idt == TPU_F64) { red_cols_d(code, acc, (const double *)p, m, aux, c->p); continue; }
+        if (c->cst == 1 && c->idt == TPU_F32) {
+            red_cols_f(code, acc, (const float *)p, m, aux, c->p);
+            continue;
+        }
+        if (c->cst == 1 && c->idt == TPU_F64) {
+            red_cols_d(code, acc, (const double *)p, m, aux, c->p);
+            continue;
+        }
         tpu_tile_load_f64(buf, p, c->cst, m, c->idt);
         red_cols_d(code, acc, buf, m, aux, c->p);
     }
@@ -676,9 +741,12 @@ static void red_cols_arg_i(const red_ctx *c, int64_t *idx, int64_t in_off, int64
 }
 
 static void red_cols_arg(const red_ctx *c, int64_t *idx, int64_t in_off, int64_t m) {
-    if (!tpu_dtype_is_float(c->idt)) { red_cols_arg_i(c, idx, in_off, m); return; }
-    double ext[RED_CHUNK], buf[RED_CHUNK], aux[RED_CHUNK] = { 0 };
-    bool found[RED_CHUNK] = { 0 };
+    if (!tpu_dtype_is_float(c->idt)) {
+        red_cols_arg_i(c, idx, in_off, m);
+        return;
+    }
+    double ext[RED_CHUNK], buf[RED_CHUNK], aux[RED_CHUNK] = {0};
+    bool found[RED_CHUNK] = {0};
     red_cols_pass(c, c->op == TPU_OP_ARGMAX ? RC_MAX : RC_MIN, ext, in_off, m, aux);
     int64_t left = m;
     for (int64_t r = 0; r < c->g.nred && left > 0; r++) {
@@ -699,11 +767,13 @@ static void red_cols_block(const red_ctx *c, int64_t t) {
     int64_t in_off, out_off, ost = g->kout[g->nk - 1];
     red_kept_offsets(g, (t / nblk) * K + col0, &in_off, &out_off);
     char *dst = c->out + (size_t)out_off * c->oes;
-    double acc1[RED_CHUNK], acc2[RED_CHUNK], aux[RED_CHUNK] = { 0 };
+    double acc1[RED_CHUNK], acc2[RED_CHUNK], aux[RED_CHUNK] = {0};
     int64_t acci[RED_CHUNK];
     if (c->arg || c->idom) {
-        if (c->arg) red_cols_arg(c, acci, in_off, m);
-        else red_cols_pass_i(c, acci, in_off, m);
+        if (c->arg)
+            red_cols_arg(c, acci, in_off, m);
+        else
+            red_cols_pass_i(c, acci, in_off, m);
         tpu_tile_store_i64(dst, ost, acci, m, c->odt);
         return;
     }
@@ -724,7 +794,7 @@ static void red_cols_task(void *ctx, int64_t b, int64_t e) {
 
 static void red_setup_codes(red_ctx *c, const tpu_params *p) {
     c->p = tpu_unpack_NORM(p).p;
-    c->corr = tpu_unpack_VAR(p).correction;   /* STD: the same column */
+    c->corr = tpu_unpack_VAR(p).correction; /* STD: the same column */
     c->two_pass = false;
     switch (c->op) {
     case TPU_OP_PROD: c->c1 = RC_PROD; break;
@@ -732,11 +802,23 @@ static void red_setup_codes(red_ctx *c, const tpu_params *p) {
     case TPU_OP_AMIN: c->c1 = RC_MIN; break;
     case TPU_OP_ANY: c->c1 = RC_ANY; break;
     case TPU_OP_ALL: c->c1 = RC_ALL; break;
-    case TPU_OP_VAR: case TPU_OP_STD: c->c1 = RC_SUM; c->c2 = RC_SUM_DEV2; c->two_pass = true; break;
-    case TPU_OP_LOGSUMEXP: c->c1 = RC_MAX; c->c2 = RC_SUM_EXPSUB; c->two_pass = true; break;
+    case TPU_OP_VAR:
+    case TPU_OP_STD:
+        c->c1 = RC_SUM;
+        c->c2 = RC_SUM_DEV2;
+        c->two_pass = true;
+        break;
+    case TPU_OP_LOGSUMEXP:
+        c->c1 = RC_MAX;
+        c->c2 = RC_SUM_EXPSUB;
+        c->two_pass = true;
+        break;
     case TPU_OP_NORM:
-        c->c1 = isinf(c->p) ? (c->p > 0 ? RC_MAX_ABS : RC_MIN_ABS) : c->p == 0 ? RC_SUM_NZ
-              : c->p == 1 ? RC_SUM_ABS : c->p == 2 ? RC_SUM_SQ : RC_SUM_POW;
+        c->c1 = isinf(c->p) ? (c->p > 0 ? RC_MAX_ABS : RC_MIN_ABS)
+                : c->p == 0 ? RC_SUM_NZ
+                : c->p == 1 ? RC_SUM_ABS
+                : c->p == 2 ? RC_SUM_SQ
+                            : RC_SUM_POW;
         break;
     default: c->c1 = RC_SUM; break;
     }
@@ -749,7 +831,7 @@ static bool red_needs_data(const red_ctx *c) {
 /* ARGMAX / ARGMIN reduce exactly dim i0 (or nothing, for a size-1 dim). */
 static tpu_status red_check_arg_dim(tpu_kargs *a) {
     const tpu_tensor *in = &a->t[1], *o = &a->t[0];
-    int64_t dim = tpu_unpack_ARGMAX(&a->p).dim;   /* ARGMIN: the same column */
+    int64_t dim = tpu_unpack_ARGMAX(&a->p).dim; /* ARGMIN: the same column */
     int64_t d = dim < 0 ? dim + in->ndim : dim;
     if (in->ndim == 0) return TPU_OK;
     if (d < 0 || d >= in->ndim)
@@ -805,8 +887,7 @@ tpu_status tpu_k_reduce(tpu_kargs *a) {
         tpu_parallel_for(ntask, per >= RED_GRAIN ? 1 : RED_GRAIN / per, red_cols_task, &c);
         return TPU_OK;
     }
-    if (!c.arg && !c.idom && c.g.nout <= RED_SPLIT_MAX_OUT && c.g.nred >= 2 * RED_GRAIN)
-        return red_run_split(&c, a);
+    if (!c.arg && !c.idom && c.g.nout <= RED_SPLIT_MAX_OUT && c.g.nred >= 2 * RED_GRAIN) return red_run_split(&c, a);
     int64_t per = work / c.g.nout;
     tpu_parallel_for(c.g.nout, per >= RED_GRAIN ? 1 : RED_GRAIN / (per > 0 ? per : 1), red_rows_task, &c);
     return TPU_OK;
@@ -820,8 +901,8 @@ typedef struct scan_ctx {
     char *out;
     tpu_dtype idt, odt;
     size_t ies, oes;
-    int64_t len, sin, sout;     /* the scanned dim */
-    int nl;                     /* line dims (all others), coalesced */
+    int64_t len, sin, sout; /* the scanned dim */
+    int nl;                 /* line dims (all others), coalesced */
     int64_t lsz[TPU_MAX_DIMS], lin[TPU_MAX_DIMS], lout[TPU_MAX_DIMS];
     int64_t nlines;
     bool columns;
@@ -871,14 +952,18 @@ static void scan_columns(const scan_ctx *c, int64_t t) {
     scan_line_offsets(c, (t / nblk) * K + col0, &io, &oo);
     double accd[RED_CHUNK], bd[RED_CHUNK];
     int64_t acci[RED_CHUNK], bi[RED_CHUNK];
-    for (int64_t j = 0; j < m; j++) { accd[j] = c->prod ? 1 : 0; acci[j] = c->prod ? 1 : 0; }
+    for (int64_t j = 0; j < m; j++) {
+        accd[j] = c->prod ? 1 : 0;
+        acci[j] = c->prod ? 1 : 0;
+    }
     for (int64_t k = 0; k < c->len; k++) {
         const char *src = c->in + (size_t)(io + k * c->sin) * c->ies;
         char *dst = c->out + (size_t)(oo + k * c->sout) * c->oes;
         if (c->idom) {
             tpu_tile_load_i64(bi, src, 1, m, c->idt);
             for (int64_t j = 0; j < m; j++)
-                acci[j] = (int64_t)(c->prod ? (uint64_t)acci[j] * (uint64_t)bi[j] : (uint64_t)acci[j] + (uint64_t)bi[j]);
+                acci[j] =
+                    (int64_t)(c->prod ? (uint64_t)acci[j] * (uint64_t)bi[j] : (uint64_t)acci[j] + (uint64_t)bi[j]);
             tpu_tile_store_i64(dst, 1, acci, m, c->odt);
         } else {
             tpu_tile_load_f64(bd, src, 1, m, c->idt);
@@ -891,8 +976,10 @@ static void scan_columns(const scan_ctx *c, int64_t t) {
 static void scan_task(void *ctx, int64_t b, int64_t e) {
     const scan_ctx *c = ctx;
     for (int64_t t = b; t < e; t++) {
-        if (c->columns) scan_columns(c, t);
-        else scan_line(c, t);
+        if (c->columns)
+            scan_columns(c, t);
+        else
+            scan_line(c, t);
     }
 }
 
@@ -902,7 +989,7 @@ static tpu_status scan_setup(scan_ctx *c, tpu_kargs *a) {
     if (tpu_op_family_of(a->op) != TPU_FAM_SCAN || a->n != 2 || o->ndim != in->ndim || in->is_scalar)
         return tpu_kernel_fail(a, "%s: expected out and input of the same rank", tpu_op_name(a->op));
     int nd = in->ndim;
-    int64_t d0 = tpu_unpack_CUMSUM(&a->p).dim;   /* CUMPROD: the same column */
+    int64_t d0 = tpu_unpack_CUMSUM(&a->p).dim; /* CUMPROD: the same column */
     int64_t dim = d0 < 0 ? d0 + nd : d0;
     if (nd > 0 && (dim < 0 || dim >= nd))
         return tpu_kernel_fail(a, "%s: dim %lld out of range", tpu_op_name(a->op), (long long)d0);
@@ -923,7 +1010,10 @@ static tpu_status scan_setup(scan_ctx *c, tpu_kargs *a) {
     for (int d = 0; d < nd; d++)
         if (d != dim && in->sizes[d] != 1)
             red_push(&c->nl, c->lsz, c->lin, c->lout, in->sizes[d], in->strides[d], o->strides[d]);
-    if (c->nl == 0) { c->nl = 1; c->lsz[0] = 1; }
+    if (c->nl == 0) {
+        c->nl = 1;
+        c->lsz[0] = 1;
+    }
     return TPU_OK;
 }
 

@@ -31,10 +31,10 @@
 #include <stdbool.h>
 #include <string.h>
 
-#define RNN_BLK 64                      /* columns per block: the buffers' length */
-#define RNN_PANEL 512                   /* columns per panel (a multiple of RNN_BLK) */
-#define RNN_GRAIN_ELEMS 8192            /* about this many elements per worker at least */
-#define RNN_INLINE static inline __attribute__((always_inline))
+#define RNN_BLK         64   /* columns per block: the buffers' length */
+#define RNN_PANEL       512  /* columns per panel (a multiple of RNN_BLK) */
+#define RNN_GRAIN_ELEMS 8192 /* about this many elements per worker at least */
+#define RNN_INLINE      static inline __attribute__((always_inline))
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define RNN_CLONES TPU_TARGET_CLONES
@@ -48,7 +48,7 @@ RNN_INLINE float rnn_sigmoidf(float x) { return 1.0f / (1.0f + ew_expf(-x)); }
 
 RNN_INLINE double rnn_sigmoidd(double x) { return 1.0 / (1.0 + exp(-x)); }
 
-#define RNN_SIG(x) _Generic((x), float: rnn_sigmoidf, double: rnn_sigmoidd)(x)
+#define RNN_SIG(x)  _Generic((x), float: rnn_sigmoidf, double: rnn_sigmoidd)(x)
 #define RNN_TANH(x) _Generic((x), float: ew_tanhf, double: tanh)(x)
 
 /* ---- the cells over one block of RNN_BLK columns ----
@@ -67,81 +67,75 @@ RNN_INLINE double rnn_sigmoidd(double x) { return 1.0 / (1.0 + exp(-x)); }
 #define P2 (2 * RNN_PANEL)
 #define P3 (3 * RNN_PANEL)
 
-#define RNN_CELLS(T, SFX)                                                                           \
-RNN_CLONES static void lstm_fwd_##SFX(const T *restrict gi, const T *restrict gh, const T *restrict bs, \
-                                      const T *restrict cx, T *restrict hy, T *restrict cy,            \
-                                      T *restrict ws)                                                  \
-{                                                                                                   \
-    for (int j = 0; j < RNN_BLK; j++) {                                                             \
-        T i = RNN_SIG(gi[K0 + j] + gh[K0 + j] + bs[j]);                                             \
-        T f = RNN_SIG(gi[K1 + j] + gh[K1 + j] + bs[P1 + j]);                                        \
-        T g = RNN_TANH(gi[K2 + j] + gh[K2 + j] + bs[P2 + j]);                                       \
-        T o = RNN_SIG(gi[K3 + j] + gh[K3 + j] + bs[P3 + j]);                                        \
-        T c = f * cx[j] + i * g;                                                                    \
-        cy[j] = c;                                                                                  \
-        hy[j] = o * RNN_TANH(c);                                                                    \
-        ws[K0 + j] = i;                                                                             \
-        ws[K1 + j] = f;                                                                             \
-        ws[K2 + j] = g;                                                                             \
-        ws[K3 + j] = o;                                                                             \
-    }                                                                                               \
-}                                                                                                   \
-                                                                                                    \
-RNN_CLONES static void lstm_bwd_##SFX(const T *restrict ws, const T *restrict cx, const T *restrict cy, \
-                                      const T *restrict dhy, const T *restrict dcy, T *restrict dg,    \
-                                      T *restrict dcx)                                                 \
-{                                                                                                   \
-    for (int j = 0; j < RNN_BLK; j++) {                                                             \
-        T i = ws[K0 + j], f = ws[K1 + j], g = ws[K2 + j], o = ws[K3 + j];                           \
-        T tc = RNN_TANH(cy[j]);                                                                     \
-        T dc = dhy[j] * o * (1 - tc * tc) + dcy[j];                                                 \
-        dg[K0 + j] = dc * g * (1 - i) * i;                                                          \
-        dg[K1 + j] = dc * cx[j] * (1 - f) * f;                                                      \
-        dg[K2 + j] = dc * i * (1 - g * g);                                                          \
-        dg[K3 + j] = dhy[j] * tc * (1 - o) * o;                                                     \
-        dcx[j] = dc * f;                                                                            \
-    }                                                                                               \
-}                                                                                                   \
-                                                                                                    \
-/* ws = (r, z, n, hx, hn + b2n) */                                                                  \
-RNN_CLONES static void gru_fwd_##SFX(const T *restrict gi, const T *restrict gh, const T *restrict bs, \
-                                     const T *restrict hx, T *restrict hy, T *restrict ws)             \
-{                                                                                                   \
-    for (int j = 0; j < RNN_BLK; j++) {                                                             \
-        T r = RNN_SIG(gi[K0 + j] + gh[K0 + j] + bs[j]);                                             \
-        T z = RNN_SIG(gi[K1 + j] + gh[K1 + j] + bs[P1 + j]);                                        \
-        T hn = gh[K2 + j] + bs[P3 + j];                                                             \
-        T n = RNN_TANH(gi[K2 + j] + bs[P2 + j] + r * hn);                                           \
-        hy[j] = n + z * (hx[j] - n);                                                                \
-        ws[K0 + j] = r;                                                                             \
-        ws[K1 + j] = z;                                                                             \
-        ws[K2 + j] = n;                                                                             \
-        ws[K3 + j] = hx[j];                                                                         \
-        ws[K4 + j] = hn;                                                                            \
-    }                                                                                               \
-}                                                                                                   \
-                                                                                                    \
-/* dg = (dr, dz, dn of the input gates, dn of the hidden gates) */                                  \
-RNN_CLONES static void gru_bwd_##SFX(const T *restrict ws, const T *restrict dhy, T *restrict dg,   \
-                                     T *restrict dhx)                                               \
-{                                                                                                   \
-    for (int j = 0; j < RNN_BLK; j++) {                                                             \
-        T r = ws[K0 + j], z = ws[K1 + j], n = ws[K2 + j], hx = ws[K3 + j], hn = ws[K4 + j];         \
-        T d = dhy[j];                                                                               \
-        T din = d * (1 - z) * (1 - n * n);                                                          \
-        dg[K0 + j] = din * hn * (1 - r) * r;                                                        \
-        dg[K1 + j] = d * (hx - n) * (1 - z) * z;                                                    \
-        dg[K2 + j] = din;                                                                           \
-        dg[K3 + j] = din * r;                                                                       \
-        dhx[j] = d * z;                                                                             \
-    }                                                                                               \
-}                                                                                                   \
-                                                                                                    \
-RNN_CLONES static void acc_##SFX(double *restrict acc, const T *restrict v, int ngates)             \
-{                                                                                                   \
-    for (int k = 0; k < ngates; k++)                                                                \
-        for (int j = 0; j < RNN_BLK; j++) acc[k * RNN_PANEL + j] += (double)v[k * RNN_BLK + j];     \
-}
+#define RNN_CELLS(T, SFX)                                                                                         \
+    RNN_CLONES static void lstm_fwd_##SFX(const T *restrict gi, const T *restrict gh, const T *restrict bs,       \
+                                          const T *restrict cx, T *restrict hy, T *restrict cy, T *restrict ws) { \
+        for (int j = 0; j < RNN_BLK; j++) {                                                                       \
+            T i = RNN_SIG(gi[K0 + j] + gh[K0 + j] + bs[j]);                                                       \
+            T f = RNN_SIG(gi[K1 + j] + gh[K1 + j] + bs[P1 + j]);                                                  \
+            T g = RNN_TANH(gi[K2 + j] + gh[K2 + j] + bs[P2 + j]);                                                 \
+            T o = RNN_SIG(gi[K3 + j] + gh[K3 + j] + bs[P3 + j]);                                                  \
+            T c = f * cx[j] + i * g;                                                                              \
+            cy[j] = c;                                                                                            \
+            hy[j] = o * RNN_TANH(c);                                                                              \
+            ws[K0 + j] = i;                                                                                       \
+            ws[K1 + j] = f;                                                                                       \
+            ws[K2 + j] = g;                                                                                       \
+            ws[K3 + j] = o;                                                                                       \
+        }                                                                                                         \
+    }                                                                                                             \
+                                                                                                                  \
+    RNN_CLONES static void lstm_bwd_##SFX(const T *restrict ws, const T *restrict cx, const T *restrict cy,       \
+                                          const T *restrict dhy, const T *restrict dcy, T *restrict dg,           \
+                                          T *restrict dcx) {                                                      \
+        for (int j = 0; j < RNN_BLK; j++) {                                                                       \
+            T i = ws[K0 + j], f = ws[K1 + j], g = ws[K2 + j], o = ws[K3 + j];                                     \
+            T tc = RNN_TANH(cy[j]);                                                                               \
+            T dc = dhy[j] * o * (1 - tc * tc) + dcy[j];                                                           \
+            dg[K0 + j] = dc * g * (1 - i) * i;                                                                    \
+            dg[K1 + j] = dc * cx[j] * (1 - f) * f;                                                                \
+            dg[K2 + j] = dc * i * (1 - g * g);                                                                    \
+            dg[K3 + j] = dhy[j] * tc * (1 - o) * o;                                                               \
+            dcx[j] = dc * f;                                                                                      \
+        }                                                                                                         \
+    }                                                                                                             \
+                                                                                                                  \
+    /* ws = (r, z, n, hx, hn + b2n) */                                                                            \
+    RNN_CLONES static void gru_fwd_##SFX(const T *restrict gi, const T *restrict gh, const T *restrict bs,        \
+                                         const T *restrict hx, T *restrict hy, T *restrict ws) {                  \
+        for (int j = 0; j < RNN_BLK; j++) {                                                                       \
+            T r = RNN_SIG(gi[K0 + j] + gh[K0 + j] + bs[j]);                                                       \
+            T z = RNN_SIG(gi[K1 + j] + gh[K1 + j] + bs[P1 + j]);                                                  \
+            T hn = gh[K2 + j] + bs[P3 + j];                                                                       \
+            T n = RNN_TANH(gi[K2 + j] + bs[P2 + j] + r * hn);                                                     \
+            hy[j] = n + z * (hx[j] - n);                                                                          \
+            ws[K0 + j] = r;                                                                                       \
+            ws[K1 + j] = z;                                                                                       \
+            ws[K2 + j] = n;                                                                                       \
+            ws[K3 + j] = hx[j];                                                                                   \
+            ws[K4 + j] = hn;                                                                                      \
+        }                                                                                                         \
+    }                                                                                                             \
+                                                                                                                  \
+    /* dg = (dr, dz, dn of the input gates, dn of the hidden gates) */                                            \
+    RNN_CLONES static void gru_bwd_##SFX(const T *restrict ws, const T *restrict dhy, T *restrict dg,             \
+                                         T *restrict dhx) {                                                       \
+        for (int j = 0; j < RNN_BLK; j++) {                                                                       \
+            T r = ws[K0 + j], z = ws[K1 + j], n = ws[K2 + j], hx = ws[K3 + j], hn = ws[K4 + j];                   \
+            T d = dhy[j];                                                                                         \
+            T din = d * (1 - z) * (1 - n * n);                                                                    \
+            dg[K0 + j] = din * hn * (1 - r) * r;                                                                  \
+            dg[K1 + j] = d * (hx - n) * (1 - z) * z;                                                              \
+            dg[K2 + j] = din;                                                                                     \
+            dg[K3 + j] = din * r;                                                                                 \
+            dhx[j] = d * z;                                                                                       \
+        }                                                                                                         \
+    }                                                                                                             \
+                                                                                                                  \
+    RNN_CLONES static void acc_##SFX(double *restrict acc, const T *restrict v, int ngates) {                     \
+        for (int k = 0; k < ngates; k++)                                                                          \
+            for (int j = 0; j < RNN_BLK; j++) acc[k * RNN_PANEL + j] += (double)v[k * RNN_BLK + j];               \
+    }
 
 RNN_CELLS(float, f)
 RNN_CELLS(double, d)
@@ -149,39 +143,43 @@ RNN_CELLS(double, d)
 /* ---- moving runs of a row in and out of the buffers ---- */
 
 /* Element offset and stride of run `col` of row `row` (a 1-d operand has no row). */
-static int64_t run_off(const tpu_tensor *t, int64_t row, int64_t col)
-{
+static int64_t run_off(const tpu_tensor *t, int64_t row, int64_t col) {
     if (t->ndim == 1) return t->offset + col * t->strides[0];
     return t->offset + row * t->strides[0] + col * t->strides[1];
 }
 
 /* dst[0..n) = the run; dst[n..RNN_BLK) = 0 so the math stays finite. An
  * absent operand (a host scalar) reads as its value. */
-static void run_load(const tpu_tensor *t, int64_t row, int64_t col, int n, bool dbl, void *dst)
-{
+static void run_load(const tpu_tensor *t, int64_t row, int64_t col, int n, bool dbl, void *dst) {
     float *df = dst;
     double *dd = dst;
     if (t->is_scalar) {
         for (int j = 0; j < n; j++)
-            if (dbl) dd[j] = t->f; else df[j] = (float)t->f;
+            if (dbl)
+                dd[j] = t->f;
+            else
+                df[j] = (float)t->f;
     } else {
         tpu_dtype dt = (tpu_dtype)t->dtype;
         const char *p = (const char *)t->base + (size_t)run_off(t, row, col) * tpu_dtype_size(dt);
         int64_t st = t->strides[t->ndim - 1];
-        if (dbl) tpu_tile_load_f64(dd, p, st, n, dt);
-        else tpu_tile_load_f32(df, p, st, n, dt);
+        if (dbl)
+            tpu_tile_load_f64(dd, p, st, n, dt);
+        else
+            tpu_tile_load_f32(df, p, st, n, dt);
     }
     size_t es = dbl ? 8 : 4;
     memset((char *)dst + (size_t)n * es, 0, (size_t)(RNN_BLK - n) * es);
 }
 
-static void run_store(const tpu_tensor *t, int64_t row, int64_t col, int64_t n, bool dbl, const void *src)
-{
+static void run_store(const tpu_tensor *t, int64_t row, int64_t col, int64_t n, bool dbl, const void *src) {
     tpu_dtype dt = (tpu_dtype)t->dtype;
     char *p = (char *)t->base + (size_t)run_off(t, row, col) * tpu_dtype_size(dt);
     int64_t st = t->strides[t->ndim - 1];
-    if (dbl) tpu_tile_store_f64(p, st, src, n, dt);
-    else tpu_tile_store_f32(p, st, src, n, dt);
+    if (dbl)
+        tpu_tile_store_f64(p, st, src, n, dt);
+    else
+        tpu_tile_store_f32(p, st, src, n, dt);
 }
 
 /* ---- one launch ---- */
@@ -189,35 +187,30 @@ static void run_store(const tpu_tensor *t, int64_t row, int64_t col, int64_t n, 
 typedef struct rnn_job {
     tpu_kargs *a;
     int64_t B, H;
-    bool dbl;                   /* float64 domain */
-    bool bias;                  /* forward: biases given; backward: bias gradients wanted */
+    bool dbl;  /* float64 domain */
+    bool bias; /* forward: biases given; backward: bias gradients wanted */
 } rnn_job;
 
 /* Buffers for one block and one panel, in either domain (sized for double). */
 typedef struct rnn_bufs {
-    _Alignas(64) double gi[5 * RNN_BLK];   /* input gates; workspace (backward) */
-    _Alignas(64) double gh[4 * RNN_BLK];   /* hidden gates */
-    _Alignas(64) double go[5 * RNN_BLK];   /* workspace (forward); gate gradients (backward) */
+    _Alignas(64) double gi[5 * RNN_BLK]; /* input gates; workspace (backward) */
+    _Alignas(64) double gh[4 * RNN_BLK]; /* hidden gates */
+    _Alignas(64) double go[5 * RNN_BLK]; /* workspace (forward); gate gradients (backward) */
     _Alignas(64) double v0[RNN_BLK], v1[RNN_BLK], v2[RNN_BLK], v3[RNN_BLK], v4[RNN_BLK];
     _Alignas(64) double bs[4 * RNN_PANEL];  /* bias terms (forward) */
     _Alignas(64) double acc[4 * RNN_PANEL]; /* bias gradient sums (backward) */
 } rnn_bufs;
 
 /* Element k of buffer p in the job's domain. */
-static void *at(const rnn_job *j, const void *p, int64_t k)
-{
-    return (char *)p + (size_t)k * (j->dbl ? 8 : 4);
-}
+static void *at(const rnn_job *j, const void *p, int64_t k) { return (char *)p + (size_t)k * (j->dbl ? 8 : 4); }
 
-static void load_gates(const rnn_job *j, const tpu_tensor *t, int G, int64_t row, int64_t col, int n, void *dst)
-{
+static void load_gates(const rnn_job *j, const tpu_tensor *t, int G, int64_t row, int64_t col, int n, void *dst) {
     for (int k = 0; k < G; k++) run_load(t, row, col + k * j->H, n, j->dbl, at(j, dst, k * RNN_BLK));
 }
 
 /* Buffer gates from[0..G) to gates 0..G-1 of t. */
-static void store_gates(const rnn_job *j, const tpu_tensor *t, const int *from, int G, int64_t row, int64_t col,
-                        int n, const void *src)
-{
+static void store_gates(const rnn_job *j, const tpu_tensor *t, const int *from, int G, int64_t row, int64_t col, int n,
+                        const void *src) {
     for (int k = 0; k < G; k++) run_store(t, row, col + k * j->H, n, j->dbl, at(j, src, from[k] * RNN_BLK));
 }
 
@@ -226,14 +219,13 @@ static int blk_len(int64_t col, int64_t c1) { return c1 - col < RNN_BLK ? (int)(
 
 /* The panel's bias terms bs (see RNN_CELLS) for a forward launch: slot k is
  * input-bias gate terms[k][0] plus hidden-bias gate terms[k][1] (-1: none). */
-static void load_bias_terms(const rnn_job *j, int64_t p0, int64_t p1, rnn_bufs *s)
-{
-    static const int8_t lstm_terms[4][2] = { { 0, 0 }, { 1, 1 }, { 2, 2 }, { 3, 3 } };
-    static const int8_t gru_terms[4][2] = { { 0, 0 }, { 1, 1 }, { 2, -1 }, { -1, 2 } };
+static void load_bias_terms(const rnn_job *j, int64_t p0, int64_t p1, rnn_bufs *s) {
+    static const int8_t lstm_terms[4][2] = {{0, 0}, {1, 1}, {2, 2}, {3, 3}};
+    static const int8_t gru_terms[4][2] = {{0, 0}, {1, 1}, {2, -1}, {-1, 2}};
     const int8_t (*terms)[2] = j->a->op == TPU_OP_LSTM_CELL ? lstm_terms : gru_terms;
     memset(s->bs, 0, sizeof s->bs);
     if (!j->bias) return;
-    const tpu_tensor *bias[2] = { &j->a->t[j->a->n - 2], &j->a->t[j->a->n - 1] };
+    const tpu_tensor *bias[2] = {&j->a->t[j->a->n - 2], &j->a->t[j->a->n - 1]};
     for (int64_t col = p0; col < p1; col += RNN_BLK) {
         int n = blk_len(col, p1);
         for (int k = 0; k < 4; k++)
@@ -242,29 +234,29 @@ static void load_bias_terms(const rnn_job *j, int64_t p0, int64_t p1, rnn_bufs *
                 run_load(bias[w], 0, col + terms[k][w] * j->H, n, j->dbl, s->v0);
                 void *dst = at(j, s->bs, k * RNN_PANEL + (col - p0));
                 for (int c = 0; c < n; c++)
-                    if (j->dbl) ((double *)dst)[c] += s->v0[c];
-                    else ((float *)dst)[c] += ((float *)s->v0)[c];
+                    if (j->dbl)
+                        ((double *)dst)[c] += s->v0[c];
+                    else
+                        ((float *)dst)[c] += ((float *)s->v0)[c];
             }
     }
 }
 
 /* Bias gradient: gate k of t gets the panel sums of gate from[k]. */
-static void store_sums(const rnn_job *j, const tpu_tensor *t, const double *acc, const int *from, int G,
-                       int64_t p0, int64_t p1)
-{
+static void store_sums(const rnn_job *j, const tpu_tensor *t, const double *acc, const int *from, int G, int64_t p0,
+                       int64_t p1) {
     for (int k = 0; k < G; k++) run_store(t, 0, p0 + k * j->H, p1 - p0, true, acc + from[k] * RNN_PANEL);
 }
 
-static const int gates_all[5] = { 0, 1, 2, 3, 4 };
-static const int gates_013[3] = { 0, 1, 3 };
+static const int gates_all[5] = {0, 1, 2, 3, 4};
+static const int gates_013[3] = {0, 1, 3};
 
 #define F(p) ((float *)(p))
 #define D(p) ((double *)(p))
 
-static void lstm_fwd_cols(void *ctx, int64_t c0, int64_t c1)
-{
+static void lstm_fwd_cols(void *ctx, int64_t c0, int64_t c1) {
     const rnn_job *j = ctx;
-    const tpu_tensor *t = j->a->t;     /* hy, cy, ws, gi, gh, cx [, b1, b2] */
+    const tpu_tensor *t = j->a->t; /* hy, cy, ws, gi, gh, cx [, b1, b2] */
     rnn_bufs s;
     for (int64_t p0 = c0; p0 < c1; p0 += RNN_PANEL) {
         int64_t p1 = c1 - p0 < RNN_PANEL ? c1 : p0 + RNN_PANEL;
@@ -276,8 +268,10 @@ static void lstm_fwd_cols(void *ctx, int64_t c0, int64_t c1)
                 load_gates(j, &t[3], 4, b, col, n, s.gi);
                 load_gates(j, &t[4], 4, b, col, n, s.gh);
                 run_load(&t[5], b, col, n, j->dbl, s.v0);
-                if (j->dbl) lstm_fwd_d(D(s.gi), D(s.gh), D(bs), D(s.v0), D(s.v1), D(s.v2), D(s.go));
-                else lstm_fwd_f(F(s.gi), F(s.gh), F(bs), F(s.v0), F(s.v1), F(s.v2), F(s.go));
+                if (j->dbl)
+                    lstm_fwd_d(D(s.gi), D(s.gh), D(bs), D(s.v0), D(s.v1), D(s.v2), D(s.go));
+                else
+                    lstm_fwd_f(F(s.gi), F(s.gh), F(bs), F(s.v0), F(s.v1), F(s.v2), F(s.go));
                 run_store(&t[0], b, col, n, j->dbl, s.v1);
                 run_store(&t[1], b, col, n, j->dbl, s.v2);
                 store_gates(j, &t[2], gates_all, 4, b, col, n, s.go);
@@ -285,10 +279,9 @@ static void lstm_fwd_cols(void *ctx, int64_t c0, int64_t c1)
     }
 }
 
-static void lstm_bwd_cols(void *ctx, int64_t c0, int64_t c1)
-{
+static void lstm_bwd_cols(void *ctx, int64_t c0, int64_t c1) {
     const rnn_job *j = ctx;
-    const tpu_tensor *t = j->a->t;     /* dgates, dcx, dbias?, dhy?, dcy?, cx, cy, ws */
+    const tpu_tensor *t = j->a->t; /* dgates, dcx, dbias?, dhy?, dcy?, cx, cy, ws */
     rnn_bufs s;
     for (int64_t p0 = c0; p0 < c1; p0 += RNN_PANEL) {
         int64_t p1 = c1 - p0 < RNN_PANEL ? c1 : p0 + RNN_PANEL;
@@ -315,10 +308,9 @@ static void lstm_bwd_cols(void *ctx, int64_t c0, int64_t c1)
     }
 }
 
-static void gru_fwd_cols(void *ctx, int64_t c0, int64_t c1)
-{
+static void gru_fwd_cols(void *ctx, int64_t c0, int64_t c1) {
     const rnn_job *j = ctx;
-    const tpu_tensor *t = j->a->t;     /* hy, ws, gi, gh, hx [, b1, b2] */
+    const tpu_tensor *t = j->a->t; /* hy, ws, gi, gh, hx [, b1, b2] */
     rnn_bufs s;
     for (int64_t p0 = c0; p0 < c1; p0 += RNN_PANEL) {
         int64_t p1 = c1 - p0 < RNN_PANEL ? c1 : p0 + RNN_PANEL;
@@ -330,18 +322,19 @@ static void gru_fwd_cols(void *ctx, int64_t c0, int64_t c1)
                 load_gates(j, &t[2], 3, b, col, n, s.gi);
                 load_gates(j, &t[3], 3, b, col, n, s.gh);
                 run_load(&t[4], b, col, n, j->dbl, s.v0);
-                if (j->dbl) gru_fwd_d(D(s.gi), D(s.gh), D(bs), D(s.v0), D(s.v1), D(s.go));
-                else gru_fwd_f(F(s.gi), F(s.gh), F(bs), F(s.v0), F(s.v1), F(s.go));
+                if (j->dbl)
+                    gru_fwd_d(D(s.gi), D(s.gh), D(bs), D(s.v0), D(s.v1), D(s.go));
+                else
+                    gru_fwd_f(F(s.gi), F(s.gh), F(bs), F(s.v0), F(s.v1), F(s.go));
                 run_store(&t[0], b, col, n, j->dbl, s.v1);
                 store_gates(j, &t[1], gates_all, 5, b, col, n, s.go);
             }
     }
 }
 
-static void gru_bwd_cols(void *ctx, int64_t c0, int64_t c1)
-{
+static void gru_bwd_cols(void *ctx, int64_t c0, int64_t c1) {
     const rnn_job *j = ctx;
-    const tpu_tensor *t = j->a->t;     /* dgi, dgh, dhx, dbi?, dbh?, dhy, ws */
+    const tpu_tensor *t = j->a->t; /* dgi, dgh, dhx, dbi?, dbh?, dhy, ws */
     rnn_bufs s;
     for (int64_t p0 = c0; p0 < c1; p0 += RNN_PANEL) {
         int64_t p1 = c1 - p0 < RNN_PANEL ? c1 : p0 + RNN_PANEL;
@@ -358,8 +351,8 @@ static void gru_bwd_cols(void *ctx, int64_t c0, int64_t c1)
                     gru_bwd_f(F(s.gi), F(s.v0), F(s.go), F(s.v1));
                     if (j->bias) acc_f(s.acc + (col - p0), F(s.go), 4);
                 }
-                store_gates(j, &t[0], gates_all, 3, b, col, n, s.go);     /* dr, dz, dn (input) */
-                store_gates(j, &t[1], gates_013, 3, b, col, n, s.go);     /* dr, dz, dn (hidden) */
+                store_gates(j, &t[0], gates_all, 3, b, col, n, s.go); /* dr, dz, dn (input) */
+                store_gates(j, &t[1], gates_013, 3, b, col, n, s.go); /* dr, dz, dn (hidden) */
                 run_store(&t[2], b, col, n, j->dbl, s.v1);
             }
         if (j->bias) {
@@ -369,18 +362,29 @@ static void gru_bwd_cols(void *ctx, int64_t c0, int64_t c1)
     }
 }
 
-tpu_status tpu_k_rnn(tpu_kargs *a)
-{
-    rnn_job j = { .a = a };
+tpu_status tpu_k_rnn(tpu_kargs *a) {
+    rnn_job j = {.a = a};
     tpu_status s = tpu_rnn_check(a, &j.B, &j.H);
     if (s) return s;
     j.dbl = a->t[0].dtype == TPU_F64;
     void (*fn)(void *, int64_t, int64_t);
     switch (a->op) {
-    case TPU_OP_LSTM_CELL: fn = lstm_fwd_cols; j.bias = a->n == 8; break;
-    case TPU_OP_LSTM_CELL_BWD: fn = lstm_bwd_cols; j.bias = !a->t[2].is_scalar; break;
-    case TPU_OP_GRU_CELL: fn = gru_fwd_cols; j.bias = a->n == 7; break;
-    case TPU_OP_GRU_CELL_BWD: fn = gru_bwd_cols; j.bias = !a->t[3].is_scalar; break;
+    case TPU_OP_LSTM_CELL:
+        fn = lstm_fwd_cols;
+        j.bias = a->n == 8;
+        break;
+    case TPU_OP_LSTM_CELL_BWD:
+        fn = lstm_bwd_cols;
+        j.bias = !a->t[2].is_scalar;
+        break;
+    case TPU_OP_GRU_CELL:
+        fn = gru_fwd_cols;
+        j.bias = a->n == 7;
+        break;
+    case TPU_OP_GRU_CELL_BWD:
+        fn = gru_bwd_cols;
+        j.bias = !a->t[3].is_scalar;
+        break;
     default: return tpu_kernel_fail(a, "%s: not an rnn op", tpu_op_name(a->op));
     }
     if (j.H == 0) return TPU_OK;

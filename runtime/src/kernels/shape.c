@@ -6,7 +6,10 @@
 #include "kernels/kernels-impl.h"
 #include <string.h>
 
-typedef struct tri_job { const tpu_kargs *a; int64_t rows, cols, nrow, diag; } tri_job;
+typedef struct tri_job {
+    const tpu_kargs *a;
+    int64_t rows, cols, nrow, diag;
+} tri_job;
 
 static void tri_rows(void *ctx, int64_t rb, int64_t re) {
     const tri_job *j = ctx;
@@ -31,8 +34,10 @@ static void tri_rows(void *ctx, int64_t rb, int64_t re) {
         for (int64_t jj = 0; jj < j->cols; jj++) {
             bool keep = lower ? jj - i <= diag : jj - i >= diag;
             char *dst = tpu_elem_ptr(o, oo + jj * o->strides[nd - 1]);
-            if (keep) memmove(dst, tpu_elem_ptr(x, xo + jj * x->strides[nd - 1]), es);
-            else memset(dst, 0, es);
+            if (keep)
+                memmove(dst, tpu_elem_ptr(x, xo + jj * x->strides[nd - 1]), es);
+            else
+                memset(dst, 0, es);
         }
     }
 }
@@ -41,8 +46,8 @@ static tpu_status tri_fast(tpu_kargs *a) {
     tpu_status s = tpu_tri_check(a);
     if (s) return s;
     const tpu_tensor *o = &a->t[0];
-    tri_job j = { a, o->sizes[o->ndim - 2], o->sizes[o->ndim - 1], 0,
-                  tpu_unpack_TRIL(&a->p).diagonal };   /* TRIU: the same column */
+    tri_job j = {a, o->sizes[o->ndim - 2], o->sizes[o->ndim - 1], 0,
+                 tpu_unpack_TRIL(&a->p).diagonal}; /* TRIU: the same column */
     int64_t n = tpu_tensor_numel(o);
     if (n == 0) return TPU_OK;
     j.nrow = n / j.cols;

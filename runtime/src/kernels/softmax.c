@@ -40,7 +40,7 @@ typedef vi16 vi;
 typedef vu16 vu;
 _Static_assert(sizeof(vf) == 4 * SM_W, "SM_W lanes per vector");
 
-#define VSPLAT(c) ((vf){ 0 } + (c))
+#define VSPLAT(c)     ((vf){0} + (c))
 #define VSEL(m, a, b) ((vf)(((m) & (vi)(a)) | (~(m) & (vi)(b))))
 
 /* Vector helpers take pointers: vectors by value would trip -Wpsabi in the
@@ -53,21 +53,19 @@ SM_INLINE void vstore(float *p, const vf *v) { memcpy(p, v, sizeof *v); }
  * a double sum without converting every vector. */
 #define SM_BLOCK 256
 
-SM_INLINE double vlanes(const vf *v)
-{
+SM_INLINE double vlanes(const vf *v) {
     double s = 0;
     for (int j = 0; j < SM_W; j++) s += (*v)[j];
     return s;
 }
 
 /* exp(x) for x <= 88.3 (larger gives +inf), NaN kept, 0 below -87.3. */
-SM_INLINE void vexp(vf *px)
-{
+SM_INLINE void vexp(vf *px) {
     const vf lo = VSPLAT(-87.3f), hi = VSPLAT(88.3f);
     vf x = *px;
     vf xc = VSEL(x < lo, lo, x);
     xc = VSEL(xc > hi, hi, xc);
-    vf t = xc * 1.44269504088896341f + 12582912.0f;     /* 1.5*2^23: round to int */
+    vf t = xc * 1.44269504088896341f + 12582912.0f; /* 1.5*2^23: round to int */
     vf n = t - 12582912.0f;
     vf r = xc - n * 0.693359375f;
     r = r + n * 2.12194440e-4f;
@@ -77,16 +75,18 @@ SM_INLINE void vexp(vf *px)
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
-    vu sb = ((vu)t - 0x4B400000u + 127u) << 23;        /* 2^n */
+    vu sb = ((vu)t - 0x4B400000u + 127u) << 23; /* 2^n */
     vf y = p * (vf)sb;
     y = VSEL(x < lo, VSPLAT(0.0f), y);
     *px = VSEL(x > hi, VSPLAT(INFINITY), y);
 }
 
 /* The same formula on one float, for row tails. */
-SM_INLINE float sexp(float x)
-{
-    union { float f; uint32_t u; } t, sc;
+SM_INLINE float sexp(float x) {
+    union {
+        float f;
+        uint32_t u;
+    } t, sc;
     float xc = x < -87.3f ? -87.3f : x;
     xc = xc > 88.3f ? 88.3f : xc;
     t.f = xc * 1.44269504088896341f + 12582912.0f;
@@ -107,8 +107,7 @@ SM_INLINE float sexp(float x)
 
 /* ---- float rows (n >= 1): whole vectors, then a scalar tail ---- */
 
-SM_CLONES static float row_max_f(const float *x, int64_t n)
-{
+SM_CLONES static float row_max_f(const float *x, int64_t n) {
     vf m = VSPLAT(-INFINITY), v;
     int64_t i = 0;
     for (; i + SM_W <= n; i += SM_W) {
@@ -122,8 +121,7 @@ SM_CLONES static float row_max_f(const float *x, int64_t n)
 }
 
 /* sum(exp(x - m)); also y = exp(x - m) when y */
-SM_CLONES static double row_exp_sum_f(float *y, const float *x, int64_t n, float m)
-{
+SM_CLONES static double row_exp_sum_f(float *y, const float *x, int64_t n, float m) {
     double s = 0;
     int64_t i = 0;
     while (i + SM_W <= n) {
@@ -146,8 +144,7 @@ SM_CLONES static double row_exp_sum_f(float *y, const float *x, int64_t n, float
     return s;
 }
 
-SM_CLONES static void row_scale_f(float *y, int64_t n, float c)
-{
+SM_CLONES static void row_scale_f(float *y, int64_t n, float c) {
     int64_t i = 0;
     for (; i + SM_W <= n; i += SM_W) {
         vf v;
@@ -159,8 +156,7 @@ SM_CLONES static void row_scale_f(float *y, int64_t n, float c)
 }
 
 /* y = (x - m) - c */
-SM_CLONES static void row_sub2_f(float *y, const float *x, int64_t n, float m, float c)
-{
+SM_CLONES static void row_sub2_f(float *y, const float *x, int64_t n, float m, float c) {
     int64_t i = 0;
     for (; i + SM_W <= n; i += SM_W) {
         vf v;
@@ -172,8 +168,7 @@ SM_CLONES static void row_sub2_f(float *y, const float *x, int64_t n, float m, f
 }
 
 /* sum(a*b), or sum(a) when b is NULL */
-SM_CLONES static double row_dot_f(const float *a, const float *b, int64_t n)
-{
+SM_CLONES static double row_dot_f(const float *a, const float *b, int64_t n) {
     double s = 0;
     int64_t i = 0;
     while (i + SM_W <= n) {
@@ -191,8 +186,7 @@ SM_CLONES static double row_dot_f(const float *a, const float *b, int64_t n)
 }
 
 /* softmax_bwd: gi = y*(g - s); log_softmax_bwd: gi = g - exp(y)*s */
-SM_CLONES static void row_bwd_f(bool logsm, float *gi, const float *g, const float *y, int64_t n, float s)
-{
+SM_CLONES static void row_bwd_f(bool logsm, float *gi, const float *g, const float *y, int64_t n, float s) {
     int64_t i = 0;
     for (; i + SM_W <= n; i += SM_W) {
         vf vg, vy;
@@ -209,8 +203,7 @@ SM_CLONES static void row_bwd_f(bool logsm, float *gi, const float *g, const flo
     for (; i < n; i++) gi[i] = logsm ? g[i] - sexp(y[i]) * s : y[i] * (g[i] - s);
 }
 
-static void row_f(tpu_op op, float *out, const float *in0, const float *in1, int64_t n)
-{
+static void row_f(tpu_op op, float *out, const float *in0, const float *in1, int64_t n) {
     switch (op) {
     case TPU_OP_SOFTMAX: {
         float m = row_max_f(in0, n);
@@ -224,21 +217,15 @@ static void row_f(tpu_op op, float *out, const float *in0, const float *in1, int
         row_sub2_f(out, in0, n, m, (float)log(s));
         break;
     }
-    case TPU_OP_SOFTMAX_BWD:
-        row_bwd_f(false, out, in0, in1, n, (float)row_dot_f(in0, in1, n));
-        break;
-    case TPU_OP_LOG_SOFTMAX_BWD:
-        row_bwd_f(true, out, in0, in1, n, (float)row_dot_f(in0, NULL, n));
-        break;
-    default:
-        break;
+    case TPU_OP_SOFTMAX_BWD: row_bwd_f(false, out, in0, in1, n, (float)row_dot_f(in0, in1, n)); break;
+    case TPU_OP_LOG_SOFTMAX_BWD: row_bwd_f(true, out, in0, in1, n, (float)row_dot_f(in0, NULL, n)); break;
+    default: break;
     }
 }
 
 /* ---- double rows ---- */
 
-static void row_d(tpu_op op, double *out, const double *in0, const double *in1, int64_t n)
-{
+static void row_d(tpu_op op, double *out, const double *in0, const double *in1, int64_t n) {
     double s = 0;
     switch (op) {
     case TPU_OP_SOFTMAX:
@@ -267,8 +254,7 @@ static void row_d(tpu_op op, double *out, const double *in0, const double *in1, 
         for (int64_t i = 0; i < n; i++) s += in0[i];
         for (int64_t i = 0; i < n; i++) out[i] = in0[i] - exp(in1[i]) * s;
         break;
-    default:
-        break;
+    default: break;
     }
 }
 
@@ -278,27 +264,28 @@ static void row_d(tpu_op op, double *out, const double *in0, const double *in1, 
  * no gather, vectorized across lines. Operands are f32 or bf16. */
 
 typedef struct sm_cols {
-    char *base[3];                     /* element 0 of line 0, per operand */
-    int64_t st[3];                     /* stride along dim, in elements */
-    bool bf[3];                        /* bf16 (else f32) */
+    char *base[3]; /* element 0 of line 0, per operand */
+    int64_t st[3]; /* stride along dim, in elements */
+    bool bf[3];    /* bf16 (else f32) */
 } sm_cols;
 
-SM_INLINE void cload(vf *v, const sm_cols *c, int k, int64_t i)
-{
-    if (c->bf[k]) tpu_tile_vload_bf16x16(v, (const uint16_t *)c->base[k] + i * c->st[k]);
-    else vload(v, (const float *)c->base[k] + i * c->st[k]);
+SM_INLINE void cload(vf *v, const sm_cols *c, int k, int64_t i) {
+    if (c->bf[k])
+        tpu_tile_vload_bf16x16(v, (const uint16_t *)c->base[k] + i * c->st[k]);
+    else
+        vload(v, (const float *)c->base[k] + i * c->st[k]);
 }
 
-SM_INLINE void cstore(const sm_cols *c, int64_t i, const vf *v)
-{
-    if (c->bf[0]) tpu_tile_vstore_bf16x16((uint16_t *)c->base[0] + i * c->st[0], v);
-    else vstore((float *)c->base[0] + i * c->st[0], v);
+SM_INLINE void cstore(const sm_cols *c, int64_t i, const vf *v) {
+    if (c->bf[0])
+        tpu_tile_vstore_bf16x16((uint16_t *)c->base[0] + i * c->st[0], v);
+    else
+        vstore((float *)c->base[0] + i * c->st[0], v);
 }
 
 /* per-lane sums over the D elements of: 0 exp(x - m), 1 g*y, 2 g;
  * softmax with an f32 output also stores exp(x - m) */
-SM_INLINE void cols_sums(const sm_cols *c, int64_t D, int what, const vf *m, bool store, double *s)
-{
+SM_INLINE void cols_sums(const sm_cols *c, int64_t D, int what, const vf *m, bool store, double *s) {
     for (int j = 0; j < SM_W; j++) s[j] = 0;
     for (int64_t i0 = 0; i0 < D; i0 += SM_BLOCK) {
         int64_t i1 = D - i0 > SM_BLOCK ? i0 + SM_BLOCK : D;
@@ -321,8 +308,7 @@ SM_INLINE void cols_sums(const sm_cols *c, int64_t D, int what, const vf *m, boo
     }
 }
 
-SM_CLONES static void cols_f(tpu_op op, const sm_cols *c, int64_t D)
-{
+SM_CLONES static void cols_f(tpu_op op, const sm_cols *c, int64_t D) {
     vf m = VSPLAT(-INFINITY), r;
     double s[SM_W];
     if (op == TPU_OP_SOFTMAX || op == TPU_OP_LOG_SOFTMAX) {
@@ -334,7 +320,7 @@ SM_CLONES static void cols_f(tpu_op op, const sm_cols *c, int64_t D)
     }
     switch (op) {
     case TPU_OP_SOFTMAX: {
-        bool reuse = !c->bf[0];        /* rescale the stored exps; bf16 recomputes them */
+        bool reuse = !c->bf[0]; /* rescale the stored exps; bf16 recomputes them */
         cols_sums(c, D, 0, &m, reuse, s);
         for (int j = 0; j < SM_W; j++) r[j] = (float)(1.0 / s[j]);
         for (int64_t i = 0; i < D; i++) {
@@ -384,49 +370,49 @@ SM_CLONES static void cols_f(tpu_op op, const sm_cols *c, int64_t D)
             cstore(c, i, &g);
         }
         break;
-    default:
-        break;
+    default: break;
     }
 }
 
 /* ---- strided line gather/scatter with dtype conversion ---- */
 
 /* dst (float, or double if dbl) <- n elements of t at element offset off, stride st */
-static void sm_gather(void *dst, bool dbl, const tpu_tensor *t, int64_t off, int64_t st, int64_t n)
-{
+static void sm_gather(void *dst, bool dbl, const tpu_tensor *t, int64_t off, int64_t st, int64_t n) {
     tpu_dtype dt = (tpu_dtype)t->dtype;
     const char *p = (const char *)t->base + (size_t)off * tpu_dtype_size(dt);
-    if (dbl) tpu_tile_load_f64(dst, p, st, n, dt);
-    else tpu_tile_load_f32(dst, p, st, n, dt);
+    if (dbl)
+        tpu_tile_load_f64(dst, p, st, n, dt);
+    else
+        tpu_tile_load_f32(dst, p, st, n, dt);
 }
 
-static void sm_scatter(const tpu_tensor *t, int64_t off, int64_t st, const void *src, bool dbl, int64_t n)
-{
+static void sm_scatter(const tpu_tensor *t, int64_t off, int64_t st, const void *src, bool dbl, int64_t n) {
     tpu_dtype dt = (tpu_dtype)t->dtype;
     char *p = (char *)t->base + (size_t)off * tpu_dtype_size(dt);
-    if (dbl) tpu_tile_store_f64(p, st, src, n, dt);
-    else tpu_tile_store_f32(p, st, src, n, dt);
+    if (dbl)
+        tpu_tile_store_f64(p, st, src, n, dt);
+    else
+        tpu_tile_store_f32(p, st, src, n, dt);
 }
 
 /* ---- the line loop ---- */
 
 typedef struct sm_plan {
     tpu_kargs *a;
-    int nops;                          /* out + 1 or 2 inputs */
-    int64_t D;                         /* line length */
-    int64_t dst[3];                    /* stride along dim, per operand */
-    int nd;                            /* the other dims */
+    int nops;       /* out + 1 or 2 inputs */
+    int64_t D;      /* line length */
+    int64_t dst[3]; /* stride along dim, per operand */
+    int nd;         /* the other dims */
     int64_t sizes[TPU_MAX_DIMS];
     int64_t st[3][TPU_MAX_DIMS];
-    bool dbl;                          /* compute in double */
-    bool direct[3];                    /* line used in place */
+    bool dbl;       /* compute in double */
+    bool direct[3]; /* line used in place */
     bool any_gather;
-    bool cols;                         /* SM_W adjacent lines at a time (cols_f) */
-    int failed;                        /* a chunk could not get its buffer */
+    bool cols;  /* SM_W adjacent lines at a time (cols_f) */
+    int failed; /* a chunk could not get its buffer */
 } sm_plan;
 
-static void sm_lines(void *ctx, int64_t b, int64_t e)
-{
+static void sm_lines(void *ctx, int64_t b, int64_t e) {
     sm_plan *p = ctx;
     const tpu_tensor *t = p->a->t;
     size_t esz = p->dbl ? sizeof(double) : sizeof(float);
@@ -459,7 +445,7 @@ static void sm_lines(void *ctx, int64_t b, int64_t e)
             cols_f(p->a->op, &c, p->D);
             run = SM_W;
         } else {
-            void *ptr[3] = { NULL, NULL, NULL };
+            void *ptr[3] = {NULL, NULL, NULL};
             for (int k = 0; k < p->nops; k++) {
                 if (p->direct[k]) {
                     ptr[k] = (char *)t[k].base + (size_t)off[k] * esz;
@@ -468,8 +454,10 @@ static void sm_lines(void *ctx, int64_t b, int64_t e)
                     if (k > 0) sm_gather(ptr[k], p->dbl, &t[k], off[k], p->dst[k], p->D);
                 }
             }
-            if (p->dbl) row_d(p->a->op, ptr[0], ptr[1], ptr[2], p->D);
-            else row_f(p->a->op, ptr[0], ptr[1], ptr[2], p->D);
+            if (p->dbl)
+                row_d(p->a->op, ptr[0], ptr[1], ptr[2], p->D);
+            else
+                row_f(p->a->op, ptr[0], ptr[1], ptr[2], p->D);
             if (!p->direct[0]) sm_scatter(&t[0], off[0], p->dst[0], ptr[0], p->dbl, p->D);
         }
         for (int64_t r = 0; r < run; r++) {
@@ -485,16 +473,16 @@ static void sm_lines(void *ctx, int64_t b, int64_t e)
     free(buf);
 }
 
-tpu_status tpu_k_softmax(tpu_kargs *a)
-{
+tpu_status tpu_k_softmax(tpu_kargs *a) {
     const tpu_tensor *out = &a->t[0];
     int nops = (a->op == TPU_OP_SOFTMAX || a->op == TPU_OP_LOG_SOFTMAX) ? 2 : 3;
     if (a->op < TPU_OP_SOFTMAX || a->op > TPU_OP_LOG_SOFTMAX_BWD || a->n != nops)
         return tpu_kernel_fail(a, "%s: not a softmax op or wrong operand count %d", tpu_op_name(a->op), a->n);
-    int64_t dim = tpu_unpack_SOFTMAX(&a->p).dim;   /* the same column in all four softmax ops */
+    int64_t dim = tpu_unpack_SOFTMAX(&a->p).dim; /* the same column in all four softmax ops */
     int ndim = out->ndim;
     if (dim < 0 || dim >= (ndim > 0 ? ndim : 1))
-        return tpu_kernel_fail(a, "%s: dim %lld out of range for a %d-d tensor", tpu_op_name(a->op), (long long)dim, ndim);
+        return tpu_kernel_fail(a, "%s: dim %lld out of range for a %d-d tensor", tpu_op_name(a->op), (long long)dim,
+                               ndim);
     for (int k = 0; k < nops; k++) {
         const tpu_tensor *t = &a->t[k];
         if (t->is_scalar || !tpu_dtype_is_float((tpu_dtype)t->dtype) || t->ndim != ndim)
@@ -534,7 +522,7 @@ tpu_status tpu_k_softmax(tpu_kargs *a)
     int64_t grain = p.D >= 16384 ? 1 : 16384 / p.D;
     tpu_parallel_for(lines, grain, sm_lines, &p);
     if (p.failed)
-        return tpu_kernel_fail(a, "%s: out of host memory for a %lld-element line buffer",
-                               tpu_op_name(a->op), (long long)p.D);
+        return tpu_kernel_fail(a, "%s: out of host memory for a %lld-element line buffer", tpu_op_name(a->op),
+                               (long long)p.D);
     return TPU_OK;
 }

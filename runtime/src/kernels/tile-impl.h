@@ -46,7 +46,7 @@
 #define TPU_TILE_IMPL_H
 
 #include "kernels/kernels-impl.h"
-#include "kernels/vmath-impl.h"     /* ew_f2b / ew_b2f: float <-> bits */
+#include "kernels/vmath-impl.h" /* ew_f2b / ew_b2f: float <-> bits */
 #include <stdint.h>
 #include <string.h>
 
@@ -83,9 +83,9 @@ TPU_TILE_INLINE uint32_t tpu_tile_selu(int c, uint32_t a, uint32_t b) {
  * multiply; a signaling NaN comes out quiet, as from the cast. */
 TPU_TILE_INLINE float tpu_tile_f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16, em = h & 0x7fffu;
-    uint32_t special = (em << 13) | 0x7f800000u | tpu_tile_selu(em > 0x7c00u, 0x00400000u, 0);   /* quiet NaN */
+    uint32_t special = (em << 13) | 0x7f800000u | tpu_tile_selu(em > 0x7c00u, 0x00400000u, 0); /* quiet NaN */
     uint32_t r = tpu_tile_selu(em >= 0x7c00u, special, (em << 13) + 0x38000000u);
-    float sub = (float)(int32_t)em * 5.9604644775390625e-8f;    /* subnormal: em * 2^-24 */
+    float sub = (float)(int32_t)em * 5.9604644775390625e-8f; /* subnormal: em * 2^-24 */
     r = tpu_tile_selu(em < 0x400u, (uint32_t)ew_f2b(sub), r);
     return ew_b2f((int32_t)(r | sign));
 }
@@ -95,8 +95,8 @@ TPU_TILE_INLINE float tpu_tile_f16_to_f32(uint16_t h) {
 TPU_TILE_INLINE uint16_t tpu_tile_f32_to_f16(float f) {
     uint32_t x = (uint32_t)ew_f2b(f), sign = x & 0x80000000u;
     x ^= sign;
-    uint32_t sub = (uint32_t)ew_f2b(ew_b2f((int32_t)x) + 0.5f) - 0x3f000000u;  /* subnormal: rounds in the add */
-    uint32_t nrm = (x + 0xc8000fffu + ((x >> 13) & 1u)) >> 13;                 /* rebias, round to even */
+    uint32_t sub = (uint32_t)ew_f2b(ew_b2f((int32_t)x) + 0.5f) - 0x3f000000u; /* subnormal: rounds in the add */
+    uint32_t nrm = (x + 0xc8000fffu + ((x >> 13) & 1u)) >> 13;                /* rebias, round to even */
     uint32_t o = tpu_tile_selu(x < 0x38800000u, sub, nrm);
     uint32_t nan = 0x7e00u | ((x >> 13) & 0x3ffu);
     o = tpu_tile_selu(x >= 0x47800000u, tpu_tile_selu(x > 0x7f800000u, nan, 0x7c00u), o);
@@ -106,20 +106,20 @@ TPU_TILE_INLINE uint16_t tpu_tile_f32_to_f16(float f) {
 /* ---- bf16 <-> float on whole vectors (W = 8 or 16 lanes) ----
  * Vectors go by pointer: by value they would trip -Wpsabi in clones
  * without AVX. Same rounding as tpu_f32_to_bf16. */
-#define TPU_TILE_VBF16_(W)                                                                 \
-TPU_TILE_INLINE void tpu_tile_vload_bf16x##W(vf##W *v, const uint16_t *p) {                \
-    vh##W h;                                                                               \
-    memcpy(&h, p, sizeof h);                                                               \
-    *v = (vf##W)(__builtin_convertvector(h, vu##W) << 16);                                 \
-}                                                                                          \
-TPU_TILE_INLINE void tpu_tile_vstore_bf16x##W(uint16_t *p, const vf##W *v) {               \
-    vu##W u = (vu##W)*v;                                                                   \
-    vu##W r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;                                      \
-    vi##W nan = (vi##W)((u & 0x7fffffffu) > 0x7f800000u);                                  \
-    r = (vu##W)((nan & (vi##W)((u >> 16) | 0x40u)) | (~nan & (vi##W)r));                   \
-    vh##W h = __builtin_convertvector(r, vh##W);                                           \
-    memcpy(p, &h, sizeof h);                                                               \
-}
+#define TPU_TILE_VBF16_(W)                                                       \
+    TPU_TILE_INLINE void tpu_tile_vload_bf16x##W(vf##W *v, const uint16_t *p) {  \
+        vh##W h;                                                                 \
+        memcpy(&h, p, sizeof h);                                                 \
+        *v = (vf##W)(__builtin_convertvector(h, vu##W) << 16);                   \
+    }                                                                            \
+    TPU_TILE_INLINE void tpu_tile_vstore_bf16x##W(uint16_t *p, const vf##W *v) { \
+        vu##W u = (vu##W) * v;                                                   \
+        vu##W r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;                        \
+        vi##W nan = (vi##W)((u & 0x7fffffffu) > 0x7f800000u);                    \
+        r = (vu##W)((nan & (vi##W)((u >> 16) | 0x40u)) | (~nan & (vi##W)r));     \
+        vh##W h = __builtin_convertvector(r, vh##W);                             \
+        memcpy(p, &h, sizeof h);                                                 \
+    }
 TPU_TILE_VBF16_(8)
 TPU_TILE_VBF16_(16)
 #undef TPU_TILE_VBF16_
@@ -141,17 +141,21 @@ void tpu_tile_store_f32_conv(void *dst, int64_t stride, const float *restrict sr
 void tpu_tile_store_f64_conv(void *dst, int64_t stride, const double *restrict src, int64_t n, tpu_dtype dt);
 void tpu_tile_store_i64_conv(void *dst, int64_t stride, const int64_t *restrict src, int64_t n, tpu_dtype dt);
 
-#define TPU_TILE_ROW_(SFX, T, DT)                                                                    \
-TPU_TILE_INLINE void tpu_tile_load_##SFX(T *restrict dst, const void *src, int64_t stride, int64_t n, \
-                                         tpu_dtype dt) {                                              \
-    if (dt != DT || stride != 1) tpu_tile_load_##SFX##_conv(dst, src, stride, n, dt);                 \
-    else if (n > 0) memcpy(dst, src, (size_t)n * sizeof *dst);                                        \
-}                                                                                                     \
-TPU_TILE_INLINE void tpu_tile_store_##SFX(void *dst, int64_t stride, const T *restrict src, int64_t n, \
-                                          tpu_dtype dt) {                                             \
-    if (dt != DT || stride != 1) tpu_tile_store_##SFX##_conv(dst, stride, src, n, dt);                \
-    else if (n > 0) memcpy(dst, src, (size_t)n * sizeof *src);                                        \
-}
+#define TPU_TILE_ROW_(SFX, T, DT)                                                                          \
+    TPU_TILE_INLINE void tpu_tile_load_##SFX(T *restrict dst, const void *src, int64_t stride, int64_t n,  \
+                                             tpu_dtype dt) {                                               \
+        if (dt != DT || stride != 1)                                                                       \
+            tpu_tile_load_##SFX##_conv(dst, src, stride, n, dt);                                           \
+        else if (n > 0)                                                                                    \
+            memcpy(dst, src, (size_t)n * sizeof *dst);                                                     \
+    }                                                                                                      \
+    TPU_TILE_INLINE void tpu_tile_store_##SFX(void *dst, int64_t stride, const T *restrict src, int64_t n, \
+                                              tpu_dtype dt) {                                              \
+        if (dt != DT || stride != 1)                                                                       \
+            tpu_tile_store_##SFX##_conv(dst, stride, src, n, dt);                                          \
+        else if (n > 0)                                                                                    \
+            memcpy(dst, src, (size_t)n * sizeof *src);                                                     \
+    }
 TPU_TILE_ROW_(f32, float, TPU_F32)
 TPU_TILE_ROW_(f64, double, TPU_F64)
 TPU_TILE_ROW_(i64, int64_t, TPU_I64)

@@ -20,50 +20,50 @@
 #define TILE_AT_T(i) (off[i])
 
 /* The loop over a row of n at `stride`: MOVE(AT, i) moves element i. */
-#define TILE_ROW(MOVE)                                                                \
-    if (stride == 1) {                                                                \
-        int64_t i0 = 0;                                                               \
-        for (; i0 + TPU_TILE <= n; i0 += TPU_TILE)                                    \
-            for (int64_t k = 0; k < TPU_TILE; k++) MOVE(TILE_AT_C, i0 + k);           \
-        for (; i0 + TILE_BLK <= n; i0 += TILE_BLK)                                    \
-            for (int64_t k = 0; k < TILE_BLK; k++) MOVE(TILE_AT_C, i0 + k);           \
-        for (; i0 < n; i0++) MOVE(TILE_AT_C, i0);                                     \
-    } else {                                                                          \
-        for (int64_t i = 0; i < n; i++) MOVE(TILE_AT_S, i);                           \
+#define TILE_ROW(MOVE)                                                      \
+    if (stride == 1) {                                                      \
+        int64_t i0 = 0;                                                     \
+        for (; i0 + TPU_TILE <= n; i0 += TPU_TILE)                          \
+            for (int64_t k = 0; k < TPU_TILE; k++) MOVE(TILE_AT_C, i0 + k); \
+        for (; i0 + TILE_BLK <= n; i0 += TILE_BLK)                          \
+            for (int64_t k = 0; k < TILE_BLK; k++) MOVE(TILE_AT_C, i0 + k); \
+        for (; i0 < n; i0++) MOVE(TILE_AT_C, i0);                           \
+    } else {                                                                \
+        for (int64_t i = 0; i < n; i++) MOVE(TILE_AT_S, i);                 \
     }
 
 /* One typed loop per data dtype: DO(T, MOVE) emits the loop over data of
  * type T with the element move TILE_LD1_##MOVE (loads) or TILE_ST1_##MOVE
  * (stores); F / I / H / B / Z name the move for float, integer, float16,
  * bfloat16 and bool data. */
-#define TILE_SWITCH(DO, F, I, H, B, Z)                                                \
-    switch (dt) {                                                                     \
-    case TPU_F32: DO(float, F);                                                       \
-    case TPU_F64: DO(double, F);                                                      \
-    case TPU_F16: DO(uint16_t, H);                                                    \
-    case TPU_BF16: DO(uint16_t, B);                                                   \
-    case TPU_U8: DO(uint8_t, I);                                                      \
-    case TPU_I8: DO(int8_t, I);                                                       \
-    case TPU_I16: DO(int16_t, I);                                                     \
-    case TPU_I32: DO(int32_t, I);                                                     \
-    case TPU_I64: DO(int64_t, I);                                                     \
-    case TPU_BOOL: DO(uint8_t, Z);                                                    \
-    default: break;                                                                   \
+#define TILE_SWITCH(DO, F, I, H, B, Z) \
+    switch (dt) {                      \
+    case TPU_F32: DO(float, F);        \
+    case TPU_F64: DO(double, F);       \
+    case TPU_F16: DO(uint16_t, H);     \
+    case TPU_BF16: DO(uint16_t, B);    \
+    case TPU_U8: DO(uint8_t, I);       \
+    case TPU_I8: DO(int8_t, I);        \
+    case TPU_I16: DO(int16_t, I);      \
+    case TPU_I32: DO(int32_t, I);      \
+    case TPU_I64: DO(int64_t, I);      \
+    case TPU_BOOL: DO(uint8_t, Z);     \
+    default: break;                    \
     }
 
 /* ---- loads ---- */
 
-#define TILE_LD(T, MOVE)                                                              \
-    {                                                                                 \
-        const T *q = (const T *)src;                                                  \
-        TILE_ROW(TILE_LD1_##MOVE)                                                     \
-    }                                                                                 \
+#define TILE_LD(T, MOVE)             \
+    {                                \
+        const T *q = (const T *)src; \
+        TILE_ROW(TILE_LD1_##MOVE)    \
+    }                                \
     break
-#define TILE_LD_AT(T, MOVE)                                                           \
-    {                                                                                 \
-        const T *q = (const T *)base;                                                 \
-        for (int64_t i = 0; i < n; i++) TILE_LD1_##MOVE(TILE_AT_T, i);                \
-    }                                                                                 \
+#define TILE_LD_AT(T, MOVE)                                            \
+    {                                                                  \
+        const T *q = (const T *)base;                                  \
+        for (int64_t i = 0; i < n; i++) TILE_LD1_##MOVE(TILE_AT_T, i); \
+    }                                                                  \
     break
 #define TILE_LD1_F32(AT, i) d[i] = (float)q[AT(i)]
 #define TILE_LD1_F64(AT, i) d[i] = (double)q[AT(i)]
@@ -77,45 +77,35 @@
 #define TILE_LD1_NZI(AT, i) d[i] = (int64_t)(q[AT(i)] != 0)
 
 TILE_CLONES void tpu_tile_load_f32_conv(float *restrict d, const void *src, int64_t stride, int64_t n,
-                                        tpu_dtype dt) {
-    TILE_SWITCH(TILE_LD, F32, F32, H2F, B2F, NZF)
-}
-TILE_CLONES void tpu_tile_load_f64_conv(double *restrict d, const void *src, int64_t stride, int64_t n,
-                                        tpu_dtype dt) {
-    TILE_SWITCH(TILE_LD, F64, F64, H2F, B2F, NZD)
-}
-TILE_CLONES void tpu_tile_load_i64_conv(int64_t *restrict d, const void *src, int64_t stride, int64_t n,
-                                        tpu_dtype dt) {
-    TILE_SWITCH(TILE_LD, I64, I64, H2I, B2I, NZI)
-}
-TILE_CLONES void tpu_tile_load_f32_at(float *restrict d, const void *base, const int64_t *off, int64_t n,
-                                      tpu_dtype dt) {
-    TILE_SWITCH(TILE_LD_AT, F32, F32, H2F, B2F, NZF)
-}
-TILE_CLONES void tpu_tile_load_f64_at(double *restrict d, const void *base, const int64_t *off, int64_t n,
-                                      tpu_dtype dt) {
-    TILE_SWITCH(TILE_LD_AT, F64, F64, H2F, B2F, NZD)
-}
+                                        tpu_dtype dt){TILE_SWITCH(TILE_LD, F32, F32, H2F, B2F, NZF)} TILE_CLONES
+    void tpu_tile_load_f64_conv(double *restrict d, const void *src, int64_t stride, int64_t n,
+                                tpu_dtype dt){TILE_SWITCH(TILE_LD, F64, F64, H2F, B2F, NZD)} TILE_CLONES
+    void tpu_tile_load_i64_conv(int64_t *restrict d, const void *src, int64_t stride, int64_t n,
+                                tpu_dtype dt){TILE_SWITCH(TILE_LD, I64, I64, H2I, B2I, NZI)} TILE_CLONES
+    void tpu_tile_load_f32_at(float *restrict d, const void *base, const int64_t *off, int64_t n,
+                              tpu_dtype dt){TILE_SWITCH(TILE_LD_AT, F32, F32, H2F, B2F, NZF)} TILE_CLONES
+    void tpu_tile_load_f64_at(double *restrict d, const void *base, const int64_t *off, int64_t n,
+                              tpu_dtype dt){TILE_SWITCH(TILE_LD_AT, F64, F64, H2F, B2F, NZD)}
 
 /* ---- stores ---- */
 
-#define TILE_ST(T, MOVE)                                                              \
-    {                                                                                 \
-        T *q = (T *)dst;                                                              \
-        TILE_ROW(TILE_ST1_##MOVE)                                                     \
-    }                                                                                 \
+#define TILE_ST(T, MOVE)          \
+    {                             \
+        T *q = (T *)dst;          \
+        TILE_ROW(TILE_ST1_##MOVE) \
+    }                             \
     break
-#define TILE_ST_AT(T, MOVE)                                                           \
-    {                                                                                 \
-        T *q = (T *)base;                                                             \
-        for (int64_t i = 0; i < n; i++) TILE_ST1_##MOVE(TILE_AT_T, i);                \
-    }                                                                                 \
+#define TILE_ST_AT(T, MOVE)                                            \
+    {                                                                  \
+        T *q = (T *)base;                                              \
+        for (int64_t i = 0; i < n; i++) TILE_ST1_##MOVE(TILE_AT_T, i); \
+    }                                                                  \
     break
-#define TILE_ST1_ID(AT, i) q[AT(i)] = s[i]                 /* C conversion to the data type */
-#define TILE_ST1_INT(AT, i) q[AT(i)] = (int64_t)s[i]       /* through int64, then truncated */
+#define TILE_ST1_ID(AT, i)  q[AT(i)] = s[i]          /* C conversion to the data type */
+#define TILE_ST1_INT(AT, i) q[AT(i)] = (int64_t)s[i] /* through int64, then truncated */
 #define TILE_ST1_F2H(AT, i) q[AT(i)] = tpu_tile_f32_to_f16((float)s[i])
 #define TILE_ST1_F2B(AT, i) q[AT(i)] = tpu_f32_to_bf16((float)s[i])
-#define TILE_ST1_NZ(AT, i) q[AT(i)] = s[i] != 0
+#define TILE_ST1_NZ(AT, i)  q[AT(i)] = s[i] != 0
 
 /* Float data take the plain C conversion, float16 / bfloat16 go through
  * float32, integer data through int64. */
@@ -133,24 +123,19 @@ TPU_TILE_INLINE void tile_store_bf16_contig(uint16_t *q, const float *restrict s
     for (; i < n; i++) q[i] = tpu_f32_to_bf16(s[i]);
 }
 
-TILE_CLONES void tpu_tile_store_f32_conv(void *dst, int64_t stride, const float *restrict s, int64_t n,
-                                         tpu_dtype dt) {
-    if (dt == TPU_BF16 && stride == 1) { tile_store_bf16_contig(dst, s, n); return; }
+TILE_CLONES void tpu_tile_store_f32_conv(void *dst, int64_t stride, const float *restrict s, int64_t n, tpu_dtype dt) {
+    if (dt == TPU_BF16 && stride == 1) {
+        tile_store_bf16_contig(dst, s, n);
+        return;
+    }
     TILE_STORE_SWITCH(TILE_ST)
 }
 TILE_CLONES void tpu_tile_store_f64_conv(void *dst, int64_t stride, const double *restrict s, int64_t n,
-                                         tpu_dtype dt) {
-    TILE_STORE_SWITCH(TILE_ST)
-}
-TILE_CLONES void tpu_tile_store_i64_conv(void *dst, int64_t stride, const int64_t *restrict s, int64_t n,
-                                         tpu_dtype dt) {
-    TILE_STORE_SWITCH(TILE_ST)
-}
-TILE_CLONES void tpu_tile_store_f32_at(void *base, const int64_t *off, const float *restrict s, int64_t n,
-                                       tpu_dtype dt) {
-    TILE_STORE_SWITCH(TILE_ST_AT)
-}
-TILE_CLONES void tpu_tile_store_f64_at(void *base, const int64_t *off, const double *restrict s, int64_t n,
-                                       tpu_dtype dt) {
+                                         tpu_dtype dt){TILE_STORE_SWITCH(TILE_ST)} TILE_CLONES
+    void tpu_tile_store_i64_conv(void *dst, int64_t stride, const int64_t *restrict s, int64_t n,
+                                 tpu_dtype dt){TILE_STORE_SWITCH(TILE_ST)} TILE_CLONES
+    void tpu_tile_store_f32_at(void *base, const int64_t *off, const float *restrict s, int64_t n,
+                               tpu_dtype dt){TILE_STORE_SWITCH(TILE_ST_AT)} TILE_CLONES
+    void tpu_tile_store_f64_at(void *base, const int64_t *off, const double *restrict s, int64_t n, tpu_dtype dt) {
     TILE_STORE_SWITCH(TILE_ST_AT)
 }

@@ -11,10 +11,26 @@
 
 #define EW_INLINE static inline __attribute__((always_inline))
 
-EW_INLINE int32_t ew_f2b(float f) { int32_t i; memcpy(&i, &f, 4); return i; }
-EW_INLINE float ew_b2f(int32_t i) { float f; memcpy(&f, &i, 4); return f; }
-EW_INLINE int64_t ew_d2b(double f) { int64_t i; memcpy(&i, &f, 8); return i; }
-EW_INLINE double ew_b2d(int64_t i) { double f; memcpy(&f, &i, 8); return f; }
+EW_INLINE int32_t ew_f2b(float f) {
+    int32_t i;
+    memcpy(&i, &f, 4);
+    return i;
+}
+EW_INLINE float ew_b2f(int32_t i) {
+    float f;
+    memcpy(&f, &i, 4);
+    return f;
+}
+EW_INLINE int64_t ew_d2b(double f) {
+    int64_t i;
+    memcpy(&i, &f, 8);
+    return i;
+}
+EW_INLINE double ew_b2d(int64_t i) {
+    double f;
+    memcpy(&f, &i, 8);
+    return f;
+}
 /* c ? a : b without a branch: FP ops are never speculated by gcc under
  * -ftrapping-math, so a plain ?: on computed values blocks vectorization. */
 EW_INLINE float ew_self(int c, float a, float b) {

@@ -36,10 +36,15 @@ tpu_status tpu_rnn_check(tpu_kargs *a, int64_t *B, int64_t *H);
 /* Random fills (ref/ref_random.c): the per-element function shared by the
  * fast kernel (kernels/random.c) and the reference. */
 /* The last Philox block computed (consecutive elements share blocks). */
-typedef struct tpu_rand_cache { uint64_t g; uint32_t w[4]; bool valid; } tpu_rand_cache;
+typedef struct tpu_rand_cache {
+    uint64_t g;
+    uint32_t w[4];
+    bool valid;
+} tpu_rand_cache;
 
 /* Value of element i; p_override is the bernoulli probability at that element. */
-void tpu_random_element(const tpu_kargs *a, int64_t i, tpu_rand_cache *cache, double p_override, double *fv, int64_t *iv);
+void tpu_random_element(const tpu_kargs *a, int64_t i, tpu_rand_cache *cache, double p_override, double *fv,
+                        int64_t *iv);
 /* Parameter checks shared by both kernels (from < to); fails the launch. */
 tpu_status tpu_random_check(tpu_kargs *a);
 /* The failure for a tensor of probabilities with a value outside [0, 1] (NaN included). */

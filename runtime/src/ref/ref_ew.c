@@ -26,7 +26,7 @@ enum { REF_ERR_FLOAT_BITWISE = 100 };
 
 /* ---- one element of op, in each domain, from its ops.def expression ---- */
 
-#define TPU_EXPR_BODY(e) return (T)(e);
+#define TPU_EXPR_BODY(e)    return (T)(e);
 #define TPU_EXPR_PARAM_I(s) ((T)p->i[s])
 
 static float ref_expr_f(tpu_op op, const tpu_params *p, float x, float y, float z) {
@@ -34,7 +34,7 @@ static float ref_expr_f(tpu_op op, const tpu_params *p, float x, float y, float 
     int expr_err = 0;
     (void)expr_err;
     switch (op) {
-#define TPU_EXPR_FORM TPU_EXPR_F
+#define TPU_EXPR_FORM       TPU_EXPR_F
 #define TPU_EXPR_PARAM_F(s) ((T)p->f[s])
 #include "base/expr-cases.h"
     default: break;
@@ -56,12 +56,17 @@ static double ref_expr_d(tpu_op op, const tpu_params *p, double x, double y, dou
 }
 
 #undef TPU_EXPR_BODY
-#define TPU_EXPR_BODY(e) { T r_ = (e); *err = expr_err; return r_; }
+#define TPU_EXPR_BODY(e) \
+    {                    \
+        T r_ = (e);      \
+        *err = expr_err; \
+        return r_;       \
+    }
 static int64_t ref_expr_i(tpu_op op, const tpu_params *p, bool cbool, int64_t x, int64_t y, int64_t z, int *err) {
     typedef int64_t T;
     int expr_err = 0;
     switch (op) {
-#define TPU_EXPR_FORM TPU_EXPR_I
+#define TPU_EXPR_FORM       TPU_EXPR_I
 #define TPU_EXPR_PARAM_F(s) tpu_d2i(p->f[s])
 #include "base/expr-cases.h"
 #undef TPU_EXPR_FORM
@@ -120,8 +125,10 @@ static void ref_fill(tpu_kargs *a, int64_t n) {
     int64_t vi = s->is_scalar ? s->i : tpu_load_i64(tpu_elem_ptr(s, 0), (tpu_dtype)s->dtype);
     for (int64_t k = 0; k < n; k++) {
         void *dst = tpu_elem_ptr(o, ref_offset(o, o->sizes, o->ndim, k));
-        if (of) tpu_store_f64(dst, (tpu_dtype)o->dtype, vf);
-        else tpu_store_i64(dst, (tpu_dtype)o->dtype, vi);
+        if (of)
+            tpu_store_f64(dst, (tpu_dtype)o->dtype, vf);
+        else
+            tpu_store_i64(dst, (tpu_dtype)o->dtype, vi);
     }
 }
 
@@ -131,13 +138,17 @@ static void ref_copy(tpu_kargs *a, int64_t n) {
     for (int64_t k = 0; k < n; k++) {
         void *dst = tpu_elem_ptr(o, ref_offset(o, o->sizes, o->ndim, k));
         if (s->is_scalar) {
-            if (sf) tpu_store_f64(dst, (tpu_dtype)o->dtype, s->f);
-            else tpu_store_i64(dst, (tpu_dtype)o->dtype, s->i);
+            if (sf)
+                tpu_store_f64(dst, (tpu_dtype)o->dtype, s->f);
+            else
+                tpu_store_i64(dst, (tpu_dtype)o->dtype, s->i);
             continue;
         }
         const void *src = ref_in_ptr(s, o->sizes, o->ndim, k);
-        if (sf) tpu_store_f64(dst, (tpu_dtype)o->dtype, tpu_load_f64(src, (tpu_dtype)s->dtype));
-        else tpu_store_i64(dst, (tpu_dtype)o->dtype, tpu_load_i64(src, (tpu_dtype)s->dtype));
+        if (sf)
+            tpu_store_f64(dst, (tpu_dtype)o->dtype, tpu_load_f64(src, (tpu_dtype)s->dtype));
+        else
+            tpu_store_i64(dst, (tpu_dtype)o->dtype, tpu_load_i64(src, (tpu_dtype)s->dtype));
     }
 }
 
@@ -154,13 +165,13 @@ static void ref_arange(tpu_kargs *a, int64_t n) {
 typedef struct ref_ctx {
     tpu_op op;
     const tpu_params *p;
-    bool cbool;         /* compute dtype is bool */
+    bool cbool; /* compute dtype is bool */
     int err;
 } ref_ctx;
 
 static void ref_elem_f(ref_ctx *c, tpu_kargs *a, int nin, int64_t k) {
     const tpu_tensor *o = &a->t[0];
-    float v[3] = { 0, 0, 0 };
+    float v[3] = {0, 0, 0};
     for (int j = 0; j < nin; j++) v[j] = ref_load_f(&a->t[1 + j], o->sizes, o->ndim, k);
     float r = ref_expr_f(c->op, c->p, v[0], v[1], v[2]);
     tpu_store_f64(tpu_elem_ptr(o, ref_offset(o, o->sizes, o->ndim, k)), (tpu_dtype)o->dtype, r);
@@ -168,7 +179,7 @@ static void ref_elem_f(ref_ctx *c, tpu_kargs *a, int nin, int64_t k) {
 
 static void ref_elem_d(ref_ctx *c, tpu_kargs *a, int nin, int64_t k) {
     const tpu_tensor *o = &a->t[0];
-    double v[3] = { 0, 0, 0 };
+    double v[3] = {0, 0, 0};
     for (int j = 0; j < nin; j++) v[j] = ref_load_d(&a->t[1 + j], o->sizes, o->ndim, k);
     double r = ref_expr_d(c->op, c->p, v[0], v[1], v[2]);
     tpu_store_f64(tpu_elem_ptr(o, ref_offset(o, o->sizes, o->ndim, k)), (tpu_dtype)o->dtype, r);
@@ -176,7 +187,7 @@ static void ref_elem_d(ref_ctx *c, tpu_kargs *a, int nin, int64_t k) {
 
 static void ref_elem_i(ref_ctx *c, tpu_kargs *a, int nin, int64_t k) {
     const tpu_tensor *o = &a->t[0];
-    int64_t v[3] = { 0, 0, 0 };
+    int64_t v[3] = {0, 0, 0};
     for (int j = 0; j < nin; j++) v[j] = ref_load_i(&a->t[1 + j], o->sizes, o->ndim, k);
     int64_t r = ref_expr_i(c->op, c->p, c->cbool, v[0], v[1], v[2], &c->err);
     if (c->err) return;
@@ -207,14 +218,19 @@ tpu_status tpu_ref_ew(tpu_kargs *a) {
     const tpu_op_info *info = &tpu_op_infos[a->op];
     if (info->cls < TPU_CLASS_UNARY || info->cls > TPU_CLASS_TERNARY || nin != info->nin_min)
         return tpu_kernel_fail(a, "%s: %d inputs", tpu_op_name(a->op), nin);
-    ref_dom dom = cdt == TPU_F64 ? REF_DOM_D : tpu_dtype_is_float(cdt) ? REF_DOM_F
-                : info->int_form ? REF_DOM_I : REF_DOM_D;
+    ref_dom dom = cdt == TPU_F64            ? REF_DOM_D
+                  : tpu_dtype_is_float(cdt) ? REF_DOM_F
+                  : info->int_form          ? REF_DOM_I
+                                            : REF_DOM_D;
     if (dom != REF_DOM_I && !(info->dtypes & DT_FLOAT)) return ref_ew_error(a, REF_ERR_FLOAT_BITWISE);
-    ref_ctx c = { a->op, &a->p, cdt == TPU_BOOL, TPU_EXPR_OK };
+    ref_ctx c = {a->op, &a->p, cdt == TPU_BOOL, TPU_EXPR_OK};
     for (int64_t k = 0; k < n && !c.err; k++) {
-        if (dom == REF_DOM_F) ref_elem_f(&c, a, nin, k);
-        else if (dom == REF_DOM_D) ref_elem_d(&c, a, nin, k);
-        else ref_elem_i(&c, a, nin, k);
+        if (dom == REF_DOM_F)
+            ref_elem_f(&c, a, nin, k);
+        else if (dom == REF_DOM_D)
+            ref_elem_d(&c, a, nin, k);
+        else
+            ref_elem_i(&c, a, nin, k);
     }
     return c.err ? ref_ew_error(a, c.err) : TPU_OK;
 }

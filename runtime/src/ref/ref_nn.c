@@ -13,69 +13,61 @@
 
 /* ---- helpers ---- */
 
-static int64_t ref_off(const tpu_tensor *t, const int64_t *idx)
-{
+static int64_t ref_off(const tpu_tensor *t, const int64_t *idx) {
     int64_t off = t->offset;
     for (int d = 0; d < t->ndim; d++) off += idx[d] * t->strides[d];
     return off;
 }
 
-static void *ref_ptr(const tpu_tensor *t, int64_t off)
-{
+static void *ref_ptr(const tpu_tensor *t, int64_t off) {
     return (char *)t->base + (size_t)off * tpu_dtype_size((tpu_dtype)t->dtype);
 }
 
-static double ref_get(const tpu_tensor *t, const int64_t *idx)
-{
+static double ref_get(const tpu_tensor *t, const int64_t *idx) {
     if (t->is_scalar) return t->f;
     return tpu_load_f64(ref_ptr(t, ref_off(t, idx)), (tpu_dtype)t->dtype);
 }
 
-static void ref_set(const tpu_tensor *t, const int64_t *idx, double v)
-{
+static void ref_set(const tpu_tensor *t, const int64_t *idx, double v) {
     tpu_store_f64(ref_ptr(t, ref_off(t, idx)), (tpu_dtype)t->dtype, v);
 }
 
 /* Element number `lin` of t in row-major order (a multi-index into idx). */
-static void ref_unravel(const tpu_tensor *t, int64_t lin, int64_t *idx)
-{
+static void ref_unravel(const tpu_tensor *t, int64_t lin, int64_t *idx) {
     for (int d = t->ndim - 1; d >= 0; d--) {
         idx[d] = lin % t->sizes[d];
         lin /= t->sizes[d];
     }
 }
 
-static int64_t ref_numel(const tpu_tensor *t)
-{
+static int64_t ref_numel(const tpu_tensor *t) {
     int64_t n = 1;
     for (int d = 0; d < t->ndim; d++) n *= t->sizes[d];
     return n;
 }
 
-static double ref_linear(const tpu_tensor *t, int64_t i)     /* element i of a contiguous tensor */
+static double ref_linear(const tpu_tensor *t, int64_t i) /* element i of a contiguous tensor */
 {
     if (t->is_scalar) return t->f;
     return tpu_load_f64(ref_ptr(t, t->offset + i), (tpu_dtype)t->dtype);
 }
 
-static void ref_set_linear(const tpu_tensor *t, int64_t i, double v)
-{
+static void ref_set_linear(const tpu_tensor *t, int64_t i, double v) {
     tpu_store_f64(ref_ptr(t, t->offset + i), (tpu_dtype)t->dtype, v);
 }
 
 /* ---- softmax family ---- */
 
-tpu_status tpu_ref_softmax(tpu_kargs *a)
-{
+tpu_status tpu_ref_softmax(tpu_kargs *a) {
     const tpu_tensor *out = &a->t[0], *in0 = &a->t[1], *in1 = a->n > 2 ? &a->t[2] : NULL;
     int nd = out->ndim;
-    int dim = (int)tpu_unpack_SOFTMAX(&a->p).dim;   /* the same column in all four softmax ops */
+    int dim = (int)tpu_unpack_SOFTMAX(&a->p).dim; /* the same column in all four softmax ops */
     if (dim < 0 || dim >= (nd > 0 ? nd : 1))
         return tpu_kernel_fail(a, "%s: dim %d out of range for a %d-d tensor", tpu_op_name(a->op), dim, nd);
     int64_t numel = ref_numel(out);
     if (numel == 0) return TPU_OK;
     int64_t D = nd > 0 ? out->sizes[dim] : 1;
-    int64_t idx[TPU_MAX_DIMS] = { 0 };
+    int64_t idx[TPU_MAX_DIMS] = {0};
     double *x = malloc((size_t)D * sizeof *x), *y = malloc((size_t)D * sizeof *y);
     if (!x || !y) {
         free(x);
@@ -84,19 +76,20 @@ tpu_status tpu_ref_softmax(tpu_kargs *a)
     }
     for (int64_t l = 0; l < numel; l++) {
         ref_unravel(out, l, idx);
-        if (nd > 0 && idx[dim] != 0) continue;         /* one visit per line */
+        if (nd > 0 && idx[dim] != 0) continue; /* one visit per line */
         for (int64_t i = 0; i < D; i++) {
             if (nd > 0) idx[dim] = i;
             x[i] = ref_get(in0, idx);
             y[i] = in1 ? ref_get(in1, idx) : 0;
         }
         double m = -INFINITY, s = 0;
-        for (int64_t i = 0; i < D; i++) if (x[i] > m) m = x[i];
+        for (int64_t i = 0; i < D; i++)
+            if (x[i] > m) m = x[i];
         for (int64_t i = 0; i < D; i++) {
             switch (a->op) {
             case TPU_OP_SOFTMAX:
             case TPU_OP_LOG_SOFTMAX: s += exp(x[i] - m); break;
-            case TPU_OP_SOFTMAX_BWD: s += x[i] * y[i]; break;     /* x = grad, y = output */
+            case TPU_OP_SOFTMAX_BWD: s += x[i] * y[i]; break; /* x = grad, y = output */
             default: s += x[i]; break;
             }
         }
@@ -119,19 +112,18 @@ tpu_status tpu_ref_softmax(tpu_kargs *a)
 
 /* ---- nll loss ---- */
 
-tpu_status tpu_ref_loss(tpu_kargs *a)
-{
+tpu_status tpu_ref_loss(tpu_kargs *a) {
     bool fwd = a->op == TPU_OP_NLL_LOSS;
-    const tpu_tensor *x = fwd ? &a->t[2] : &a->t[0];           /* x, or grad_x (same shape) */
+    const tpu_tensor *x = fwd ? &a->t[2] : &a->t[0]; /* x, or grad_x (same shape) */
     const tpu_tensor *tg = fwd ? &a->t[3] : &a->t[2];
     const tpu_tensor *w = a->n == 5 ? &a->t[4] : NULL;
-    tpu_args_NLL_LOSS q = tpu_unpack_NLL_LOSS(&a->p);   /* NLL_LOSS_BWD: the same columns */
+    tpu_args_NLL_LOSS q = tpu_unpack_NLL_LOSS(&a->p); /* NLL_LOSS_BWD: the same columns */
     int64_t reduction = q.reduction, ignore = q.ignore_index;
     bool two = x->ndim == 2;
     int64_t N = two ? x->sizes[0] : 1, C = two ? x->sizes[1] : x->sizes[0];
-    int64_t idx[2], z[1] = { 0 };
+    int64_t idx[2], z[1] = {0};
     for (int64_t n = 0; n < N; n++) {
-        int64_t ti[1] = { n };
+        int64_t ti[1] = {n};
         int64_t t = tg->is_scalar ? tg->i : tpu_load_i64(ref_ptr(tg, ref_off(tg, ti)), (tpu_dtype)tg->dtype);
         if (t != ignore && (t < 0 || t >= C)) return tpu_kernel_fail(a, "Target %lld is out of bounds.", (long long)t);
     }
@@ -139,7 +131,7 @@ tpu_status tpu_ref_loss(tpu_kargs *a)
         const tpu_tensor *loss = &a->t[0], *tw_out = &a->t[1];
         double total = 0, tw = 0;
         for (int64_t n = 0; n < N; n++) {
-            int64_t ti[1] = { n };
+            int64_t ti[1] = {n};
             int64_t t = tg->is_scalar ? tg->i : tpu_load_i64(ref_ptr(tg, ref_off(tg, ti)), (tpu_dtype)tg->dtype);
             double l = 0, wt = 0;
             if (t != ignore) {
@@ -172,7 +164,7 @@ tpu_status tpu_ref_loss(tpu_kargs *a)
         }
     }
     for (int64_t n = 0; n < N; n++) {
-        int64_t ti[1] = { n };
+        int64_t ti[1] = {n};
         int64_t t = tg->is_scalar ? tg->i : tpu_load_i64(ref_ptr(tg, ref_off(tg, ti)), (tpu_dtype)tg->dtype);
         if (t == ignore) continue;
         double g = reduction == 0 && two ? ref_get(gout, ti) : ref_get(gout, z);
@@ -187,20 +179,18 @@ tpu_status tpu_ref_loss(tpu_kargs *a)
 /* ---- layer norm ---- */
 
 /* x's element (row r, column j) with rows of M consecutive row-major elements */
-static void ref_rc(const tpu_tensor *x, int64_t M, int64_t r, int64_t j, int64_t *idx)
-{
+static void ref_rc(const tpu_tensor *x, int64_t M, int64_t r, int64_t j, int64_t *idx) {
     ref_unravel(x, r * M + j, idx);
 }
 
-static tpu_status ref_ln_fwd(tpu_kargs *a)
-{
+static tpu_status ref_ln_fwd(tpu_kargs *a) {
     const tpu_tensor *y = &a->t[0], *mean_t = &a->t[1], *rstd_t = &a->t[2], *x = &a->t[3];
     tpu_args_LAYER_NORM q = tpu_unpack_LAYER_NORM(&a->p);
     int64_t M = q.cols;
     bool has_w = q.has_weight != 0, has_b = q.has_bias != 0;
     const tpu_tensor *w = has_w ? &a->t[4] : NULL, *b = has_b ? &a->t[4 + has_w] : NULL;
     int64_t rows = 1, prod = 1;
-    int lead = x->ndim;                 /* leading dims: the trailing ones multiply to M */
+    int lead = x->ndim; /* leading dims: the trailing ones multiply to M */
     while (prod != M && lead > 0) prod *= x->sizes[--lead];
     for (int d = 0; d < lead; d++) rows *= x->sizes[d];
     int64_t idx[TPU_MAX_DIMS];
@@ -230,8 +220,7 @@ static tpu_status ref_ln_fwd(tpu_kargs *a)
     return TPU_OK;
 }
 
-static tpu_status ref_ln_bwd(tpu_kargs *a)
-{
+static tpu_status ref_ln_bwd(tpu_kargs *a) {
     const tpu_tensor *dx = &a->t[0], *dw = &a->t[1], *db = &a->t[2];
     const tpu_tensor *g = &a->t[3], *x = &a->t[4], *mean_t = &a->t[5], *rstd_t = &a->t[6];
     const tpu_tensor *w = a->n == 8 ? &a->t[7] : NULL;
@@ -274,23 +263,20 @@ static tpu_status ref_ln_bwd(tpu_kargs *a)
     return TPU_OK;
 }
 
-tpu_status tpu_ref_norm(tpu_kargs *a)
-{
+tpu_status tpu_ref_norm(tpu_kargs *a) {
     if (a->op == TPU_OP_LAYER_NORM) return ref_ln_fwd(a);
     return ref_ln_bwd(a);
 }
 
 /* ---- index ops ---- */
 
-static int64_t ref_index_at(const tpu_tensor *ix, const int64_t *idx)
-{
+static int64_t ref_index_at(const tpu_tensor *ix, const int64_t *idx) {
     return tpu_load_i64(ref_ptr(ix, ref_off(ix, idx)), (tpu_dtype)ix->dtype);
 }
 
 /* dst[di] += alpha * src[si], in double (int64 for integer dtypes) */
 static void ref_accumulate(const tpu_tensor *dst, const int64_t *di, const tpu_tensor *src, const int64_t *si,
-                           double alpha)
-{
+                           double alpha) {
     void *dp = ref_ptr(dst, ref_off(dst, di)), *sp = ref_ptr(src, ref_off(src, si));
     tpu_dtype dt = (tpu_dtype)dst->dtype;
     if (tpu_dtype_is_float(dt)) {
@@ -300,10 +286,9 @@ static void ref_accumulate(const tpu_tensor *dst, const int64_t *di, const tpu_t
     }
 }
 
-tpu_status tpu_ref_index(tpu_kargs *a)
-{
+tpu_status tpu_ref_index(tpu_kargs *a) {
     const tpu_tensor *out = &a->t[0];
-    tpu_args_INDEX_ADD q = tpu_unpack_INDEX_ADD(&a->p);   /* dim as in the other three; alpha: INDEX_ADD only */
+    tpu_args_INDEX_ADD q = tpu_unpack_INDEX_ADD(&a->p); /* dim as in the other three; alpha: INDEX_ADD only */
     int dim = (int)q.dim;
     bool scatter = a->op == TPU_OP_SCATTER_ADD || a->op == TPU_OP_INDEX_ADD;
     const tpu_tensor *ix = &a->t[scatter ? 1 : 2], *x = &a->t[scatter ? 2 : 1];
@@ -311,36 +296,34 @@ tpu_status tpu_ref_index(tpu_kargs *a)
     const tpu_tensor *it = a->op == TPU_OP_INDEX_SELECT ? out : a->op == TPU_OP_INDEX_ADD ? x : ix;
     bool one_d = a->op == TPU_OP_INDEX_SELECT || a->op == TPU_OP_INDEX_ADD;
     int64_t lim = out->ndim == 0 ? 1 : scatter ? out->sizes[dim] : x->sizes[dim];
-    int64_t n = ref_numel(it), idx[TPU_MAX_DIMS] = { 0 }, jdx[TPU_MAX_DIMS];
-    for (int pass = 0; pass < 2; pass++) {               /* pass 0 checks, pass 1 writes */
+    int64_t n = ref_numel(it), idx[TPU_MAX_DIMS] = {0}, jdx[TPU_MAX_DIMS];
+    for (int pass = 0; pass < 2; pass++) { /* pass 0 checks, pass 1 writes */
         for (int64_t l = 0; l < n; l++) {
             ref_unravel(it, l, idx);
             int64_t k = it->ndim ? idx[dim] : 0;
-            int64_t ki[1] = { k };
+            int64_t ki[1] = {k};
             int64_t j = one_d ? ref_index_at(ix, ix->ndim ? ki : idx) : ref_index_at(ix, idx);
             if (pass == 0) {
                 if (j >= 0 && j < lim) continue;
                 if (a->op == TPU_OP_INDEX_SELECT) return tpu_kernel_fail(a, "index out of range in self");
-                return tpu_kernel_fail(a, "index %lld is out of bounds for dimension %d with size %lld",
-                                       (long long)j, dim, (long long)lim);
+                return tpu_kernel_fail(a, "index %lld is out of bounds for dimension %d with size %lld", (long long)j,
+                                       dim, (long long)lim);
             }
             memcpy(jdx, idx, sizeof jdx);
             if (it->ndim) jdx[dim] = j;
             switch (a->op) {
             case TPU_OP_INDEX_SELECT:
-            case TPU_OP_GATHER:                         /* out[idx] = x[idx with dim = j] */
+            case TPU_OP_GATHER: /* out[idx] = x[idx with dim = j] */
                 if (tpu_dtype_is_float((tpu_dtype)out->dtype))
                     ref_set(out, idx, ref_get(x, jdx));
                 else
                     tpu_store_i64(ref_ptr(out, ref_off(out, idx)), (tpu_dtype)out->dtype,
                                   tpu_load_i64(ref_ptr(x, ref_off(x, jdx)), (tpu_dtype)x->dtype));
                 break;
-            case TPU_OP_SCATTER_ADD:                    /* out[idx with dim = j] += src[idx] */
+            case TPU_OP_SCATTER_ADD: /* out[idx with dim = j] += src[idx] */
                 ref_accumulate(out, jdx, x, idx, 1.0);
                 break;
-            default:                                    /* index_add */
-                ref_accumulate(out, jdx, x, idx, q.alpha);
-                break;
+            default: /* index_add */ ref_accumulate(out, jdx, x, idx, q.alpha); break;
             }
         }
     }
@@ -349,8 +332,7 @@ tpu_status tpu_ref_index(tpu_kargs *a)
 
 /* ---- AdamW ---- */
 
-tpu_status tpu_ref_optim(tpu_kargs *a)
-{
+tpu_status tpu_ref_optim(tpu_kargs *a) {
     tpu_args_ADAMW_STEP q = tpu_unpack_ADAMW_STEP(&a->p);
     if (q.amsgrad != 0) {
         tpu_kernel_fail(a, "adamw_step: amsgrad is not supported");

@@ -42,11 +42,15 @@ static double round_to(tpu_dtype dt, double v) {
 static double below(tpu_dtype dt, double x) {
     switch (dt) {
     case TPU_F32: return nextafterf((float)x, -INFINITY);
-    case TPU_F16: case TPU_BF16: {
+    case TPU_F16:
+    case TPU_BF16: {
         uint16_t h = dt == TPU_F16 ? tpu_f32_to_f16((float)x) : tpu_f32_to_bf16((float)x);
-        if ((h & 0x7fffu) == 0) h = 0x8001u;       /* +-0: the negative subnormal nearest 0 */
-        else if (h & 0x8000u) h++;                 /* negative: one step away from 0 */
-        else h--;                                  /* positive: one step towards 0 */
+        if ((h & 0x7fffu) == 0)
+            h = 0x8001u; /* +-0: the negative subnormal nearest 0 */
+        else if (h & 0x8000u)
+            h++; /* negative: one step away from 0 */
+        else
+            h--; /* positive: one step towards 0 */
         return dt == TPU_F16 ? tpu_f16_to_f32(h) : tpu_bf16_to_f32(h);
     }
     default: return nextafter(x, -INFINITY);
@@ -60,7 +64,7 @@ static double uniform_in(tpu_dtype dt, double from, double to, double u) {
     double v = round_to(dt, from + u * (to - from));
     if (v >= to) {
         v = below(dt, to);
-        if (v < from) v = from;                   /* from == to: the only value there is */
+        if (v < from) v = from; /* from == to: the only value there is */
     }
     return v;
 }
@@ -68,7 +72,7 @@ static double uniform_in(tpu_dtype dt, double from, double to, double u) {
 /* Draws of random_ over [low, high), or [low, high] when inclusive (ranges
  * that end at INT64_MAX; [INT64_MIN, INT64_MAX] is all 2^64 values). */
 static uint64_t int_range(tpu_args_RAND_INT q) {
-    return (uint64_t)q.high - (uint64_t)q.low + (q.inclusive ? 1u : 0u);   /* 0: 2^64 */
+    return (uint64_t)q.high - (uint64_t)q.low + (q.inclusive ? 1u : 0u); /* 0: 2^64 */
 }
 
 static double unit_from(const uint32_t *w, bool f64) {
@@ -76,11 +80,12 @@ static double unit_from(const uint32_t *w, bool f64) {
     return tpu_u32_to_unit_float(w[0]);
 }
 
-void tpu_random_element(const tpu_kargs *a, int64_t i, tpu_rand_cache *cache, double p_override, double *fv, int64_t *iv) {
+void tpu_random_element(const tpu_kargs *a, int64_t i, tpu_rand_cache *cache, double p_override, double *fv,
+                        int64_t *iv) {
     int wpe = words_per_elem(a);
     uint64_t word = (uint64_t)i * (uint64_t)wpe, g = word / 4;
     if (!cache->valid || cache->g != g) {
-        tpu_args_RAND_INT s = tpu_unpack_RAND_INT(&a->p);   /* seed, offset: the same slots in every RANDOM op */
+        tpu_args_RAND_INT s = tpu_unpack_RAND_INT(&a->p); /* seed, offset: the same slots in every RANDOM op */
         tpu_philox_block((uint64_t)s.seed, (uint64_t)s.offset, g, cache->w);
         cache->g = g;
         cache->valid = true;
@@ -99,9 +104,7 @@ void tpu_random_element(const tpu_kargs *a, int64_t i, tpu_rand_cache *cache, do
         *fv = q.mean + q.std * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
         break;
     }
-    case TPU_OP_RAND_BERNOULLI:
-        *fv = tpu_u32_to_unit_float(w[0]) < p_override;
-        break;
+    case TPU_OP_RAND_BERNOULLI: *fv = tpu_u32_to_unit_float(w[0]) < p_override; break;
     case TPU_OP_RAND_INT: {
         tpu_args_RAND_INT q = tpu_unpack_RAND_INT(&a->p);
         uint64_t range = int_range(q);
@@ -131,8 +134,10 @@ bool tpu_random_store(const tpu_kargs *a, int64_t i, const int64_t *idx, tpu_ran
     double fv = 0, p = a->op == TPU_OP_RAND_BERNOULLI ? bern_p(a, idx) : 0.0;
     int64_t iv = 0;
     tpu_random_element(a, i, cache, p, &fv, &iv);
-    if (a->op == TPU_OP_RAND_INT) tpu_store_i64(dst, (tpu_dtype)o->dtype, iv);
-    else tpu_store_f64(dst, (tpu_dtype)o->dtype, fv);
+    if (a->op == TPU_OP_RAND_INT)
+        tpu_store_i64(dst, (tpu_dtype)o->dtype, iv);
+    else
+        tpu_store_f64(dst, (tpu_dtype)o->dtype, fv);
     return p >= 0 && p <= 1;
 }
 
@@ -168,8 +173,11 @@ tpu_status tpu_ref_random(tpu_kargs *a) {
     bool ok = true;
     for (int64_t i = 0; i < n; i++) {
         int64_t rem = i;
-        for (int d = o->ndim - 1; d >= 0; d--) { idx[d] = rem % o->sizes[d]; rem /= o->sizes[d]; }
-        tpu_rand_cache fresh = { 0 };          /* no reuse: one block per element */
+        for (int d = o->ndim - 1; d >= 0; d--) {
+            idx[d] = rem % o->sizes[d];
+            rem /= o->sizes[d];
+        }
+        tpu_rand_cache fresh = {0}; /* no reuse: one block per element */
         ok &= tpu_random_store(a, i, idx, &fresh);
     }
     return ok ? TPU_OK : tpu_random_bad_p(a);

@@ -15,7 +15,7 @@
 typedef struct ref_red_geom {
     int nd;
     int64_t nout, nred;
-    bool red[TPU_MAX_DIMS];     /* dim d is reduced */
+    bool red[TPU_MAX_DIMS]; /* dim d is reduced */
 } ref_red_geom;
 
 static bool ref_red_is_int(tpu_dtype dt) { return !tpu_dtype_is_float(dt); }
@@ -37,8 +37,10 @@ static tpu_status ref_red_geometry(tpu_kargs *a, ref_red_geom *g) {
         if (!g->red[d] && o->sizes[d] != in->sizes[d])
             return tpu_kernel_fail(a, "%s: output size %lld does not match input size %lld at dim %d",
                                    tpu_op_name(a->op), (long long)o->sizes[d], (long long)in->sizes[d], d);
-        if (g->red[d]) g->nred *= in->sizes[d];
-        else g->nout *= o->sizes[d];
+        if (g->red[d])
+            g->nred *= in->sizes[d];
+        else
+            g->nout *= o->sizes[d];
     }
     return TPU_OK;
 }
@@ -49,7 +51,10 @@ static int64_t ref_red_in_offset(const ref_red_geom *g, const tpu_tensor *in, co
     int64_t off = 0;
     for (int d = g->nd - 1; d >= 0; d--) {
         int64_t i = oi[d];
-        if (g->red[d]) { i = r % in->sizes[d]; r /= in->sizes[d]; }
+        if (g->red[d]) {
+            i = r % in->sizes[d];
+            r /= in->sizes[d];
+        }
         off += i * in->strides[d];
     }
     return off;
@@ -75,10 +80,14 @@ static double ref_norm(const double *v, int64_t n, double p) {
         return acc;
     }
     for (int64_t i = 0; i < n; i++) {
-        if (p == 0) acc += v[i] != 0;
-        else if (p == 1) acc += fabs(v[i]);
-        else if (p == 2) acc += v[i] * v[i];
-        else acc += pow(fabs(v[i]), p);
+        if (p == 0)
+            acc += v[i] != 0;
+        else if (p == 1)
+            acc += fabs(v[i]);
+        else if (p == 2)
+            acc += v[i] * v[i];
+        else
+            acc += pow(fabs(v[i]), p);
     }
     if (p == 0 || p == 1) return acc;
     return p == 2 ? sqrt(acc) : pow(acc, 1.0 / p);
@@ -105,7 +114,8 @@ static double ref_logsumexp(const double *v, int64_t n) {
 static double ref_red_fold_d(tpu_op op, const double *v, int64_t n, const tpu_params *p) {
     double acc;
     switch (op) {
-    case TPU_OP_SUM: case TPU_OP_MEAN:
+    case TPU_OP_SUM:
+    case TPU_OP_MEAN:
         acc = 0;
         for (int64_t i = 0; i < n; i++) acc += v[i];
         return op == TPU_OP_MEAN ? acc / (double)n : acc;
@@ -113,17 +123,20 @@ static double ref_red_fold_d(tpu_op op, const double *v, int64_t n, const tpu_pa
         acc = 1;
         for (int64_t i = 0; i < n; i++) acc *= v[i];
         return acc;
-    case TPU_OP_AMAX: case TPU_OP_AMIN:
+    case TPU_OP_AMAX:
+    case TPU_OP_AMIN:
         acc = v[0];
         for (int64_t i = 1; i < n; i++) acc = op == TPU_OP_AMAX ? ref_maxn(acc, v[i]) : ref_minn(acc, v[i]);
         return acc;
     case TPU_OP_VAR: return ref_var(v, n, tpu_unpack_VAR(p).correction);
     case TPU_OP_STD: return sqrt(ref_var(v, n, tpu_unpack_STD(p).correction));
     case TPU_OP_ANY:
-        for (int64_t i = 0; i < n; i++) if (v[i] != 0) return 1;
+        for (int64_t i = 0; i < n; i++)
+            if (v[i] != 0) return 1;
         return 0;
     case TPU_OP_ALL:
-        for (int64_t i = 0; i < n; i++) if (v[i] == 0) return 0;
+        for (int64_t i = 0; i < n; i++)
+            if (v[i] == 0) return 0;
         return 1;
     case TPU_OP_NORM: return ref_norm(v, n, tpu_unpack_NORM(p).p);
     case TPU_OP_LOGSUMEXP: return ref_logsumexp(v, n);
@@ -168,7 +181,7 @@ static bool ref_red_needs_data(tpu_op op, const tpu_params *p) {
 }
 
 static tpu_status ref_red_check_arg(tpu_kargs *a, const ref_red_geom *g) {
-    int64_t dim = tpu_unpack_ARGMAX(&a->p).dim;   /* ARGMIN: the same column */
+    int64_t dim = tpu_unpack_ARGMAX(&a->p).dim; /* ARGMIN: the same column */
     int64_t d = dim < 0 ? dim + g->nd : dim;
     if (g->nd == 0) return TPU_OK;
     if (d < 0 || d >= g->nd) return tpu_kernel_fail(a, "%s: dim %lld out of range", tpu_op_name(a->op), (long long)dim);
@@ -186,18 +199,23 @@ static void ref_red_one(tpu_kargs *a, const ref_red_geom *g, bool idom, int64_t 
     bool iload = idom || (arg && ref_red_is_int((tpu_dtype)in->dtype));
     for (int64_t r = 0; r < g->nred; r++) {
         const void *src = tpu_elem_ptr(in, ref_red_in_offset(g, in, oi, r));
-        if (iload) vi[r] = tpu_load_i64(src, (tpu_dtype)in->dtype);
-        else vd[r] = tpu_load_f64(src, (tpu_dtype)in->dtype);
+        if (iload)
+            vi[r] = tpu_load_i64(src, (tpu_dtype)in->dtype);
+        else
+            vd[r] = tpu_load_f64(src, (tpu_dtype)in->dtype);
     }
     void *dst = tpu_elem_ptr(o, ooff);
-    if (arg) tpu_store_i64(dst, (tpu_dtype)o->dtype, iload ? ref_arg_i(a->op, vi, g->nred) : ref_arg_d(a->op, vd, g->nred));
-    else if (idom) tpu_store_i64(dst, (tpu_dtype)o->dtype, ref_red_fold_i(a->op, vi, g->nred));
-    else tpu_store_f64(dst, (tpu_dtype)o->dtype, ref_red_fold_d(a->op, vd, g->nred, &a->p));
+    if (arg)
+        tpu_store_i64(dst, (tpu_dtype)o->dtype, iload ? ref_arg_i(a->op, vi, g->nred) : ref_arg_d(a->op, vd, g->nred));
+    else if (idom)
+        tpu_store_i64(dst, (tpu_dtype)o->dtype, ref_red_fold_i(a->op, vi, g->nred));
+    else
+        tpu_store_f64(dst, (tpu_dtype)o->dtype, ref_red_fold_d(a->op, vd, g->nred, &a->p));
 }
 
 tpu_status tpu_ref_red(tpu_kargs *a) {
     if (tpu_op_family_of(a->op) != TPU_FAM_RED) return tpu_kernel_fail(a, "%s: not a reduction", tpu_op_name(a->op));
-    ref_red_geom g = { 0 };
+    ref_red_geom g = {0};
     tpu_status st = ref_red_geometry(a, &g);
     if (st != TPU_OK) return st;
     if ((a->op == TPU_OP_ARGMAX || a->op == TPU_OP_ARGMIN) && (st = ref_red_check_arg(a, &g)) != TPU_OK) return st;
@@ -227,9 +245,10 @@ tpu_status tpu_ref_scan(tpu_kargs *a) {
     if (tpu_op_family_of(a->op) != TPU_FAM_SCAN || a->n != 2 || o->ndim != in->ndim || in->is_scalar)
         return tpu_kernel_fail(a, "%s: expected out and input of the same rank", tpu_op_name(a->op));
     int nd = in->ndim;
-    int64_t d0 = tpu_unpack_CUMSUM(&a->p).dim;   /* CUMPROD: the same column */
+    int64_t d0 = tpu_unpack_CUMSUM(&a->p).dim; /* CUMPROD: the same column */
     int64_t dim = d0 < 0 ? d0 + nd : d0;
-    if (nd == 0) dim = 0;
+    if (nd == 0)
+        dim = 0;
     else if (dim < 0 || dim >= nd)
         return tpu_kernel_fail(a, "%s: dim %lld out of range", tpu_op_name(a->op), (long long)d0);
     for (int d = 0; d < nd; d++)

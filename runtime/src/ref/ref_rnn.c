@@ -19,28 +19,56 @@ typedef struct rnn_role {
 } rnn_role;
 
 typedef struct rnn_sig {
-    int n;                  /* operands, biases included */
-    int nbias;              /* trailing optional forward biases (0 or 2) */
-    int state;              /* the [B, H] operand that gives B and H */
+    int n;     /* operands, biases included */
+    int nbias; /* trailing optional forward biases (0 or 2) */
+    int state; /* the [B, H] operand that gives B and H */
     rnn_role r[TPU_MAX_OPERANDS];
 } rnn_sig;
 
-static const rnn_sig sig_lstm = { 8, 2, 5, {
-    { "hy", 1, 0, 0 }, { "cy", 1, 0, 0 }, { "workspace", 4, 0, 0 }, { "input_gates", 4, 0, 0 },
-    { "hidden_gates", 4, 0, 0 }, { "cx", 1, 0, 0 }, { "input_bias", 4, 1, 0 }, { "hidden_bias", 4, 1, 0 } } };
-static const rnn_sig sig_lstm_bwd = { 8, 0, 5, {
-    { "grad_gates", 4, 0, 0 }, { "grad_cx", 1, 0, 0 }, { "grad_bias", 4, 1, 1 }, { "grad_hy", 1, 0, 1 },
-    { "grad_cy", 1, 0, 1 }, { "cx", 1, 0, 0 }, { "cy", 1, 0, 0 }, { "workspace", 4, 0, 0 } } };
-static const rnn_sig sig_gru = { 7, 2, 4, {
-    { "hy", 1, 0, 0 }, { "workspace", 5, 0, 0 }, { "input_gates", 3, 0, 0 }, { "hidden_gates", 3, 0, 0 },
-    { "hx", 1, 0, 0 }, { "input_bias", 3, 1, 0 }, { "hidden_bias", 3, 1, 0 } } };
-static const rnn_sig sig_gru_bwd = { 7, 0, 5, {
-    { "grad_input_gates", 3, 0, 0 }, { "grad_hidden_gates", 3, 0, 0 }, { "grad_hx", 1, 0, 0 },
-    { "grad_input_bias", 3, 1, 1 }, { "grad_hidden_bias", 3, 1, 1 }, { "grad_hy", 1, 0, 0 },
-    { "workspace", 5, 0, 0 } } };
+static const rnn_sig sig_lstm = {8,
+                                 2,
+                                 5,
+                                 {{"hy", 1, 0, 0},
+                                  {"cy", 1, 0, 0},
+                                  {"workspace", 4, 0, 0},
+                                  {"input_gates", 4, 0, 0},
+                                  {"hidden_gates", 4, 0, 0},
+                                  {"cx", 1, 0, 0},
+                                  {"input_bias", 4, 1, 0},
+                                  {"hidden_bias", 4, 1, 0}}};
+static const rnn_sig sig_lstm_bwd = {8,
+                                     0,
+                                     5,
+                                     {{"grad_gates", 4, 0, 0},
+                                      {"grad_cx", 1, 0, 0},
+                                      {"grad_bias", 4, 1, 1},
+                                      {"grad_hy", 1, 0, 1},
+                                      {"grad_cy", 1, 0, 1},
+                                      {"cx", 1, 0, 0},
+                                      {"cy", 1, 0, 0},
+                                      {"workspace", 4, 0, 0}}};
+static const rnn_sig sig_gru = {7,
+                                2,
+                                4,
+                                {{"hy", 1, 0, 0},
+                                 {"workspace", 5, 0, 0},
+                                 {"input_gates", 3, 0, 0},
+                                 {"hidden_gates", 3, 0, 0},
+                                 {"hx", 1, 0, 0},
+                                 {"input_bias", 3, 1, 0},
+                                 {"hidden_bias", 3, 1, 0}}};
+static const rnn_sig sig_gru_bwd = {7,
+                                    0,
+                                    5,
+                                    {{"grad_input_gates", 3, 0, 0},
+                                     {"grad_hidden_gates", 3, 0, 0},
+                                     {"grad_hx", 1, 0, 0},
+                                     {"grad_input_bias", 3, 1, 1},
+                                     {"grad_hidden_bias", 3, 1, 1},
+                                     {"grad_hy", 1, 0, 0},
+                                     {"workspace", 5, 0, 0}}};
 
-tpu_status tpu_rnn_check(tpu_kargs *a, int64_t *B, int64_t *H)
-{
+tpu_status tpu_rnn_check(tpu_kargs *a, int64_t *B, int64_t *H) {
     const rnn_sig *s;
     switch (a->op) {
     case TPU_OP_LSTM_CELL: s = &sig_lstm; break;
@@ -58,8 +86,7 @@ tpu_status tpu_rnn_check(tpu_kargs *a, int64_t *B, int64_t *H)
         return tpu_kernel_fail(a, "%s: %s must be 2-d [batch, hidden], got %d dims", op, s->r[s->state].name,
                                st->is_scalar ? 0 : st->ndim);
     tpu_dtype dt = (tpu_dtype)st->dtype;
-    if (!tpu_dtype_is_float(dt))
-        return tpu_kernel_fail(a, "%s: not implemented for dtype %s", op, tpu_dtype_name(dt));
+    if (!tpu_dtype_is_float(dt)) return tpu_kernel_fail(a, "%s: not implemented for dtype %s", op, tpu_dtype_name(dt));
     *B = st->sizes[0];
     *H = st->sizes[1];
     for (int k = 0; k < a->n; k++) {
@@ -73,8 +100,7 @@ tpu_status tpu_rnn_check(tpu_kargs *a, int64_t *B, int64_t *H)
             return tpu_kernel_fail(a, "%s: %s is %s, expected %s like %s", op, r->name,
                                    tpu_dtype_name((tpu_dtype)t->dtype), tpu_dtype_name(dt), s->r[s->state].name);
         int64_t cols = t->ndim ? t->sizes[t->ndim - 1] : 1;
-        bool ok = t->ndim == (r->vec ? 1 : 2) && cols % r->w == 0 && cols / r->w == *H &&
-                  (r->vec || t->sizes[0] == *B);
+        bool ok = t->ndim == (r->vec ? 1 : 2) && cols % r->w == 0 && cols / r->w == *H && (r->vec || t->sizes[0] == *B);
         if (!ok) {
             char got[96] = "[", *p = got + 1;
             for (int d = 0; d < t->ndim && p < got + sizeof got - 24; d++)
@@ -83,8 +109,8 @@ tpu_status tpu_rnn_check(tpu_kargs *a, int64_t *B, int64_t *H)
             if (r->vec)
                 return tpu_kernel_fail(a, "%s: %s has shape %s, expected [%lld]", op, r->name, got,
                                        (long long)(r->w * *H));
-            return tpu_kernel_fail(a, "%s: %s has shape %s, expected [%lld, %lld]", op, r->name, got,
-                                   (long long)*B, (long long)(r->w * *H));
+            return tpu_kernel_fail(a, "%s: %s has shape %s, expected [%lld, %lld]", op, r->name, got, (long long)*B,
+                                   (long long)(r->w * *H));
         }
     }
     if (a->op == TPU_OP_GRU_CELL_BWD && a->t[3].is_scalar != a->t[4].is_scalar)
@@ -94,29 +120,23 @@ tpu_status tpu_rnn_check(tpu_kargs *a, int64_t *B, int64_t *H)
 
 /* ---- element access ---- */
 
-static double get2(const tpu_tensor *t, int64_t b, int64_t c)
-{
+static double get2(const tpu_tensor *t, int64_t b, int64_t c) {
     if (t->is_scalar) return t->f;
     int64_t off = t->offset + b * t->strides[0] + c * t->strides[1];
-    return tpu_load_f64((const char *)t->base + (size_t)off * tpu_dtype_size((tpu_dtype)t->dtype),
-                        (tpu_dtype)t->dtype);
+    return tpu_load_f64((const char *)t->base + (size_t)off * tpu_dtype_size((tpu_dtype)t->dtype), (tpu_dtype)t->dtype);
 }
 
-static void set2(const tpu_tensor *t, int64_t b, int64_t c, double v)
-{
+static void set2(const tpu_tensor *t, int64_t b, int64_t c, double v) {
     int64_t off = t->offset + b * t->strides[0] + c * t->strides[1];
     tpu_store_f64((char *)t->base + (size_t)off * tpu_dtype_size((tpu_dtype)t->dtype), (tpu_dtype)t->dtype, v);
 }
 
-static double get1(const tpu_tensor *t, int64_t c)
-{
+static double get1(const tpu_tensor *t, int64_t c) {
     int64_t off = t->offset + c * t->strides[0];
-    return tpu_load_f64((const char *)t->base + (size_t)off * tpu_dtype_size((tpu_dtype)t->dtype),
-                        (tpu_dtype)t->dtype);
+    return tpu_load_f64((const char *)t->base + (size_t)off * tpu_dtype_size((tpu_dtype)t->dtype), (tpu_dtype)t->dtype);
 }
 
-static void set1(const tpu_tensor *t, int64_t c, double v)
-{
+static void set1(const tpu_tensor *t, int64_t c, double v) {
     int64_t off = t->offset + c * t->strides[0];
     tpu_store_f64((char *)t->base + (size_t)off * tpu_dtype_size((tpu_dtype)t->dtype), (tpu_dtype)t->dtype, v);
 }
@@ -124,8 +144,7 @@ static void set1(const tpu_tensor *t, int64_t c, double v)
 static double sigmoid(double x) { return 1 / (1 + exp(-x)); }
 
 /* Pre-activation of gate k at (b, j): input + hidden gates + both biases. */
-static double preact(const tpu_kargs *a, int first, bool bias, int64_t H, int64_t b, int64_t j, int k)
-{
+static double preact(const tpu_kargs *a, int first, bool bias, int64_t H, int64_t b, int64_t j, int k) {
     double v = get2(&a->t[first], b, k * H + j) + get2(&a->t[first + 1], b, k * H + j);
     if (bias) v += get1(&a->t[a->n - 2], k * H + j) + get1(&a->t[a->n - 1], k * H + j);
     return v;
@@ -134,8 +153,7 @@ static double preact(const tpu_kargs *a, int first, bool bias, int64_t H, int64_
 /* ---- the cells ---- */
 
 /* (hy, cy, ws) <- (gi, gh, cx [, b1, b2]); gates i, f, g, o. */
-static void ref_lstm(tpu_kargs *a, int64_t B, int64_t H)
-{
+static void ref_lstm(tpu_kargs *a, int64_t B, int64_t H) {
     bool bias = a->n == 8;
     for (int64_t b = 0; b < B; b++)
         for (int64_t j = 0; j < H; j++) {
@@ -154,18 +172,17 @@ static void ref_lstm(tpu_kargs *a, int64_t B, int64_t H)
 }
 
 /* (dgates, dcx, dbias?) <- (dhy?, dcy?, cx, cy, ws). */
-static void ref_lstm_bwd(tpu_kargs *a, int64_t B, int64_t H)
-{
+static void ref_lstm_bwd(tpu_kargs *a, int64_t B, int64_t H) {
     const tpu_tensor *db = &a->t[2];
     for (int64_t j = 0; j < H; j++) {
-        double sum[4] = { 0, 0, 0, 0 };
+        double sum[4] = {0, 0, 0, 0};
         for (int64_t b = 0; b < B; b++) {
             const tpu_tensor *ws = &a->t[7];
             double i = get2(ws, b, j), f = get2(ws, b, H + j), g = get2(ws, b, 2 * H + j), o = get2(ws, b, 3 * H + j);
             double dhy = get2(&a->t[3], b, j), dcy = get2(&a->t[4], b, j);
             double cx = get2(&a->t[5], b, j), tc = tanh(get2(&a->t[6], b, j));
-            double dc = dhy * o * (1 - tc * tc) + dcy;     /* d cy, through hy and directly */
-            double d[4] = { dc * g * i * (1 - i), dc * cx * f * (1 - f), dc * i * (1 - g * g), dhy * tc * o * (1 - o) };
+            double dc = dhy * o * (1 - tc * tc) + dcy; /* d cy, through hy and directly */
+            double d[4] = {dc * g * i * (1 - i), dc * cx * f * (1 - f), dc * i * (1 - g * g), dhy * tc * o * (1 - o)};
             for (int k = 0; k < 4; k++) {
                 set2(&a->t[0], b, k * H + j, d[k]);
                 sum[k] += d[k];
@@ -178,8 +195,7 @@ static void ref_lstm_bwd(tpu_kargs *a, int64_t B, int64_t H)
 }
 
 /* (hy, ws) <- (gi, gh, hx [, b1, b2]); gates r, z, n; ws = (r, z, n, hx, hn + b2n). */
-static void ref_gru(tpu_kargs *a, int64_t B, int64_t H)
-{
+static void ref_gru(tpu_kargs *a, int64_t B, int64_t H) {
     bool bias = a->n == 7;
     for (int64_t b = 0; b < B; b++)
         for (int64_t j = 0; j < H; j++) {
@@ -190,25 +206,24 @@ static void ref_gru(tpu_kargs *a, int64_t B, int64_t H)
             double n = tanh(in + r * hn);
             double hx = get2(&a->t[4], b, j);
             set2(&a->t[0], b, j, (1 - z) * n + z * hx);
-            double w[5] = { r, z, n, hx, hn };
+            double w[5] = {r, z, n, hx, hn};
             for (int k = 0; k < 5; k++) set2(&a->t[1], b, k * H + j, w[k]);
         }
 }
 
 /* (dgi, dgh, dhx, dbi?, dbh?) <- (dhy, ws). */
-static void ref_gru_bwd(tpu_kargs *a, int64_t B, int64_t H)
-{
+static void ref_gru_bwd(tpu_kargs *a, int64_t B, int64_t H) {
     const tpu_tensor *ws = &a->t[6];
     bool bias = !a->t[3].is_scalar;
     for (int64_t j = 0; j < H; j++) {
-        double si[3] = { 0, 0, 0 }, sh[3] = { 0, 0, 0 };
+        double si[3] = {0, 0, 0}, sh[3] = {0, 0, 0};
         for (int64_t b = 0; b < B; b++) {
             double r = get2(ws, b, j), z = get2(ws, b, H + j), n = get2(ws, b, 2 * H + j);
             double hx = get2(ws, b, 3 * H + j), hn = get2(ws, b, 4 * H + j);
             double d = get2(&a->t[5], b, j);
-            double dn = d * (1 - z) * (1 - n * n);         /* d of n's pre-activation */
+            double dn = d * (1 - z) * (1 - n * n); /* d of n's pre-activation */
             double dr = dn * hn * r * (1 - r), dz = d * (hx - n) * z * (1 - z);
-            double gi[3] = { dr, dz, dn }, gh[3] = { dr, dz, dn * r };
+            double gi[3] = {dr, dz, dn}, gh[3] = {dr, dz, dn * r};
             for (int k = 0; k < 3; k++) {
                 set2(&a->t[0], b, k * H + j, gi[k]);
                 set2(&a->t[1], b, k * H + j, gh[k]);
@@ -225,8 +240,7 @@ static void ref_gru_bwd(tpu_kargs *a, int64_t B, int64_t H)
     }
 }
 
-tpu_status tpu_ref_rnn(tpu_kargs *a)
-{
+tpu_status tpu_ref_rnn(tpu_kargs *a) {
     int64_t B, H;
     tpu_status s = tpu_rnn_check(a, &B, &H);
     if (s) return s;

@@ -25,12 +25,18 @@ static tpu_status tri_ref(tpu_kargs *a) {
     if (s) return s;
     const tpu_tensor *o = &a->t[0], *x = &a->t[1];
     int nd = o->ndim;
-    int64_t diag = tpu_unpack_TRIL(&a->p).diagonal;   /* TRIU: the same column */
+    int64_t diag = tpu_unpack_TRIL(&a->p).diagonal; /* TRIU: the same column */
     int64_t n = tpu_tensor_numel(o), idx[TPU_MAX_DIMS];
     for (int64_t e = 0; e < n; e++) {
         int64_t rem = e, oo = 0, xo = 0;
-        for (int d = nd - 1; d >= 0; d--) { idx[d] = rem % o->sizes[d]; rem /= o->sizes[d]; }
-        for (int d = 0; d < nd; d++) { oo += idx[d] * o->strides[d]; xo += idx[d] * x->strides[d]; }
+        for (int d = nd - 1; d >= 0; d--) {
+            idx[d] = rem % o->sizes[d];
+            rem /= o->sizes[d];
+        }
+        for (int d = 0; d < nd; d++) {
+            oo += idx[d] * o->strides[d];
+            xo += idx[d] * x->strides[d];
+        }
         int64_t dj = idx[nd - 1] - idx[nd - 2];
         bool keep = a->op == TPU_OP_TRIL ? dj <= diag : dj >= diag;
         double v = keep ? tpu_load_f64(tpu_elem_ptr(x, xo), (tpu_dtype)x->dtype) : 0.0;
@@ -47,13 +53,21 @@ typedef struct win {
 } win;
 
 static void unpack_win(const tpu_kargs *a, const tpu_tensor *x, const tpu_tensor *y, win *w) {
-    w->N = x->sizes[0]; w->C = x->sizes[1]; w->H = x->sizes[2]; w->W = x->sizes[3];
-    tpu_args_IM2COL q = tpu_unpack_IM2COL(&a->p);   /* COL2IM, MAXPOOL2D(_BWD): the same columns */
-    w->kh = (int)(q.kernel & 0xffff); w->kw = (int)(q.kernel >> 16);
-    w->sh = (int)(q.stride & 0xffff); w->sw = (int)(q.stride >> 16);
-    w->ph = (int)(q.padding & 0xffff); w->pw = (int)(q.padding >> 16);
-    w->dh = (int)(q.dilation & 0xffff); w->dw = (int)(q.dilation >> 16);
-    w->OH = y->sizes[2]; w->OW = y->sizes[3];
+    w->N = x->sizes[0];
+    w->C = x->sizes[1];
+    w->H = x->sizes[2];
+    w->W = x->sizes[3];
+    tpu_args_IM2COL q = tpu_unpack_IM2COL(&a->p); /* COL2IM, MAXPOOL2D(_BWD): the same columns */
+    w->kh = (int)(q.kernel & 0xffff);
+    w->kw = (int)(q.kernel >> 16);
+    w->sh = (int)(q.stride & 0xffff);
+    w->sw = (int)(q.stride >> 16);
+    w->ph = (int)(q.padding & 0xffff);
+    w->pw = (int)(q.padding >> 16);
+    w->dh = (int)(q.dilation & 0xffff);
+    w->dw = (int)(q.dilation >> 16);
+    w->OH = y->sizes[2];
+    w->OW = y->sizes[3];
 }
 
 /* Check window parameters and operand ranks; `img` is the (N,C,H,W) operand, `o4` a
@@ -77,7 +91,10 @@ static inline double ld4(const tpu_tensor *t, int64_t n, int64_t c, int64_t h, i
                         (tpu_dtype)t->dtype);
 }
 
-typedef struct im_job { const tpu_kargs *a; win w; } im_job;
+typedef struct im_job {
+    const tpu_kargs *a;
+    win w;
+} im_job;
 
 /* One (n, c) plane per item. fp32 with dense column rows: for each output
  * row the in-bounds run of ow is computed once, so the inner loop is a plain
@@ -104,11 +121,17 @@ static void im2col_planes(void *ctx, int64_t b, int64_t e) {
                     bool hin = h >= 0 && h < w->H;
                     if (f32) {
                         float *dst = (float *)o->base + o->offset + obase + oh * w->OW;
-                        if (!hin) { memset(dst, 0, (size_t)w->OW * sizeof(float)); continue; }
-                        const float *src = (const float *)x->base + x->offset + n * x->strides[0] + c * x->strides[1] + h * x->strides[2] + shift;
+                        if (!hin) {
+                            memset(dst, 0, (size_t)w->OW * sizeof(float));
+                            continue;
+                        }
+                        const float *src = (const float *)x->base + x->offset + n * x->strides[0] + c * x->strides[1] +
+                                           h * x->strides[2] + shift;
                         for (int64_t ow = 0; ow < lo; ow++) dst[ow] = 0.0f;
-                        if (w->sw == 1) memcpy(dst + lo, src + lo, (size_t)(hi - lo) * sizeof(float));
-                        else for (int64_t ow = lo; ow < hi; ow++) dst[ow] = src[ow * w->sw];
+                        if (w->sw == 1)
+                            memcpy(dst + lo, src + lo, (size_t)(hi - lo) * sizeof(float));
+                        else
+                            for (int64_t ow = lo; ow < hi; ow++) dst[ow] = src[ow * w->sw];
                         for (int64_t ow = hi; ow < w->OW; ow++) dst[ow] = 0.0f;
                         continue;
                     }
@@ -132,8 +155,9 @@ static void col2im_planes(void *ctx, int64_t b, int64_t e) {
         int64_t n = nc / w->C, c = nc % w->C;
         for (int64_t h = 0; h < w->H; h++)
             for (int64_t ww = 0; ww < w->W; ww++)
-                tpu_store_f64(tpu_elem_ptr(o, n * o->strides[0] + c * o->strides[1] + h * o->strides[2] + ww * o->strides[3]),
-                              (tpu_dtype)o->dtype, 0.0);
+                tpu_store_f64(
+                    tpu_elem_ptr(o, n * o->strides[0] + c * o->strides[1] + h * o->strides[2] + ww * o->strides[3]),
+                    (tpu_dtype)o->dtype, 0.0);
         for (int ki = 0; ki < w->kh; ki++)
             for (int kj = 0; kj < w->kw; kj++) {
                 int64_t row = (c * w->kh + ki) * w->kw + kj;
@@ -143,8 +167,11 @@ static void col2im_planes(void *ctx, int64_t b, int64_t e) {
                     for (int64_t ow = 0; ow < w->OW; ow++) {
                         int64_t ww = ow * w->sw - w->pw + kj * w->dw;
                         if (ww < 0 || ww >= w->W) continue;
-                        double v = tpu_load_f64(tpu_elem_ptr(cols, n * cols->strides[0] + row * cols->strides[1] + (oh * w->OW + ow) * cols->strides[2]), (tpu_dtype)cols->dtype);
-                        char *p = tpu_elem_ptr(o, n * o->strides[0] + c * o->strides[1] + h * o->strides[2] + ww * o->strides[3]);
+                        double v = tpu_load_f64(tpu_elem_ptr(cols, n * cols->strides[0] + row * cols->strides[1] +
+                                                                       (oh * w->OW + ow) * cols->strides[2]),
+                                                (tpu_dtype)cols->dtype);
+                        char *p = tpu_elem_ptr(o, n * o->strides[0] + c * o->strides[1] + h * o->strides[2] +
+                                                      ww * o->strides[3]);
                         tpu_store_f64(p, (tpu_dtype)o->dtype, tpu_load_f64(p, (tpu_dtype)o->dtype) + v);
                     }
                 }
@@ -169,11 +196,18 @@ static void maxpool_planes(void *ctx, int64_t b, int64_t e) {
                         int64_t ww = ow * w->sw - w->pw + kj * w->dw;
                         if (ww < 0 || ww >= w->W) continue;
                         double v = ld4(x, n, c, h, ww);
-                        if (bi < 0 || v > best || (v != v && best == best)) { best = v; bi = h * w->W + ww; }  /* NaN wins */
+                        if (bi < 0 || v > best || (v != v && best == best)) {
+                            best = v;
+                            bi = h * w->W + ww;
+                        } /* NaN wins */
                     }
                 }
-                tpu_store_f64(tpu_elem_ptr(y, n * y->strides[0] + c * y->strides[1] + oh * y->strides[2] + ow * y->strides[3]), (tpu_dtype)y->dtype, best);
-                tpu_store_i64(tpu_elem_ptr(ix, n * ix->strides[0] + c * ix->strides[1] + oh * ix->strides[2] + ow * ix->strides[3]), (tpu_dtype)ix->dtype, bi);
+                tpu_store_f64(
+                    tpu_elem_ptr(y, n * y->strides[0] + c * y->strides[1] + oh * y->strides[2] + ow * y->strides[3]),
+                    (tpu_dtype)y->dtype, best);
+                tpu_store_i64(tpu_elem_ptr(ix, n * ix->strides[0] + c * ix->strides[1] + oh * ix->strides[2] +
+                                                   ow * ix->strides[3]),
+                              (tpu_dtype)ix->dtype, bi);
             }
     }
 }
@@ -186,13 +220,18 @@ static void maxpool_bwd_planes(void *ctx, int64_t b, int64_t e) {
         int64_t n = nc / w->C, c = nc % w->C;
         for (int64_t h = 0; h < w->H; h++)
             for (int64_t ww = 0; ww < w->W; ww++)
-                tpu_store_f64(tpu_elem_ptr(dx, n * dx->strides[0] + c * dx->strides[1] + h * dx->strides[2] + ww * dx->strides[3]), (tpu_dtype)dx->dtype, 0.0);
+                tpu_store_f64(tpu_elem_ptr(dx, n * dx->strides[0] + c * dx->strides[1] + h * dx->strides[2] +
+                                                   ww * dx->strides[3]),
+                              (tpu_dtype)dx->dtype, 0.0);
         for (int64_t oh = 0; oh < w->OH; oh++)
             for (int64_t ow = 0; ow < w->OW; ow++) {
-                int64_t k = tpu_load_i64(tpu_elem_ptr(ix, n * ix->strides[0] + c * ix->strides[1] + oh * ix->strides[2] + ow * ix->strides[3]), (tpu_dtype)ix->dtype);
-                if (k < 0 || k >= w->H * w->W) continue;   /* checked before the launch ran (see below) */
+                int64_t k = tpu_load_i64(tpu_elem_ptr(ix, n * ix->strides[0] + c * ix->strides[1] +
+                                                              oh * ix->strides[2] + ow * ix->strides[3]),
+                                         (tpu_dtype)ix->dtype);
+                if (k < 0 || k >= w->H * w->W) continue; /* checked before the launch ran (see below) */
                 int64_t h = k / w->W, ww = k % w->W;
-                char *p = tpu_elem_ptr(dx, n * dx->strides[0] + c * dx->strides[1] + h * dx->strides[2] + ww * dx->strides[3]);
+                char *p = tpu_elem_ptr(dx, n * dx->strides[0] + c * dx->strides[1] + h * dx->strides[2] +
+                                               ww * dx->strides[3]);
                 double gv = ld4(g, n, c, oh, ow);
                 tpu_store_f64(p, (tpu_dtype)dx->dtype, tpu_load_f64(p, (tpu_dtype)dx->dtype) + gv);
             }
@@ -200,38 +239,50 @@ static void maxpool_bwd_planes(void *ctx, int64_t b, int64_t e) {
 }
 
 tpu_status tpu_shape_window(tpu_kargs *a, tpu_for_fn for_each) {
-    im_job j = { a, {0} };
+    im_job j = {a, {0}};
     tpu_status s;
     switch (a->op) {
     case TPU_OP_IM2COL: s = win_check(a, &a->t[1], &a->t[0], &j.w); break;
     case TPU_OP_COL2IM: s = win_check(a, &a->t[0], &a->t[1], &j.w); break;
     case TPU_OP_MAXPOOL2D:
         s = win_check(a, &a->t[2], NULL, &j.w);
-        j.w.OH = a->t[0].sizes[2]; j.w.OW = a->t[0].sizes[3];     /* ceil_mode sizes come from the caller */
+        j.w.OH = a->t[0].sizes[2];
+        j.w.OW = a->t[0].sizes[3]; /* ceil_mode sizes come from the caller */
         if (!s && (a->t[0].ndim != 4 || a->t[1].ndim != 4)) s = tpu_kernel_fail(a, "max_pool2d: expected 4-d outputs");
         break;
     default:
         s = win_check(a, &a->t[0], NULL, &j.w);
-        j.w.OH = a->t[1].sizes[2]; j.w.OW = a->t[1].sizes[3];
-        if (!s && (a->t[1].ndim != 4 || a->t[2].ndim != 4)) s = tpu_kernel_fail(a, "max_pool2d_backward: expected 4-d operands");
-        if (!s) {  /* indices must point inside the plane */
+        j.w.OH = a->t[1].sizes[2];
+        j.w.OW = a->t[1].sizes[3];
+        if (!s && (a->t[1].ndim != 4 || a->t[2].ndim != 4))
+            s = tpu_kernel_fail(a, "max_pool2d_backward: expected 4-d operands");
+        if (!s) { /* indices must point inside the plane */
             const tpu_tensor *ix = &a->t[2];
             int64_t n = tpu_tensor_numel(ix), idx[4];
             for (int64_t e = 0; e < n && !s; e++) {
                 int64_t rem = e, off = 0;
-                for (int d = 3; d >= 0; d--) { idx[d] = rem % ix->sizes[d]; rem /= ix->sizes[d]; off += idx[d] * ix->strides[d]; }
+                for (int d = 3; d >= 0; d--) {
+                    idx[d] = rem % ix->sizes[d];
+                    rem /= ix->sizes[d];
+                    off += idx[d] * ix->strides[d];
+                }
                 int64_t k = tpu_load_i64(tpu_elem_ptr(ix, off), (tpu_dtype)ix->dtype);
-                if (k < 0 || k >= j.w.H * j.w.W) s = tpu_kernel_fail(a, "max_pool2d_backward: index %lld out of range", (long long)k);
+                if (k < 0 || k >= j.w.H * j.w.W)
+                    s = tpu_kernel_fail(a, "max_pool2d_backward: index %lld out of range", (long long)k);
             }
         }
         break;
     }
     if (s) return s;
-    void (*fn)(void *, int64_t, int64_t) = a->op == TPU_OP_IM2COL ? im2col_planes : a->op == TPU_OP_COL2IM ? col2im_planes
-                                           : a->op == TPU_OP_MAXPOOL2D ? maxpool_planes : maxpool_bwd_planes;
+    void (*fn)(void *, int64_t, int64_t) = a->op == TPU_OP_IM2COL      ? im2col_planes
+                                           : a->op == TPU_OP_COL2IM    ? col2im_planes
+                                           : a->op == TPU_OP_MAXPOOL2D ? maxpool_planes
+                                                                       : maxpool_bwd_planes;
     int64_t planes = j.w.N * j.w.C;
-    if (for_each) for_each(planes, 4, fn, &j);
-    else fn(&j, 0, planes);
+    if (for_each)
+        for_each(planes, 4, fn, &j);
+    else
+        fn(&j, 0, planes);
     return TPU_OK;
 }
 
@@ -243,13 +294,17 @@ tpu_status tpu_masked_select(tpu_kargs *a) {
         return tpu_kernel_fail(a, "masked_select: bad operands");
     for (int d = 0; d < x->ndim; d++)
         if (x->sizes[d] != m->sizes[d]) return tpu_kernel_fail(a, "masked_select: mask and input sizes differ");
-    int64_t n = tpu_tensor_numel(x), idx[TPU_MAX_DIMS] = { 0 }, k = 0;
+    int64_t n = tpu_tensor_numel(x), idx[TPU_MAX_DIMS] = {0}, k = 0;
     size_t es = tpu_dtype_size((tpu_dtype)x->dtype);
     for (int64_t e = 0; e < n; e++) {
         int64_t xo = 0, mo = 0;
-        for (int d = 0; d < x->ndim; d++) { xo += idx[d] * x->strides[d]; mo += idx[d] * m->strides[d]; }
+        for (int d = 0; d < x->ndim; d++) {
+            xo += idx[d] * x->strides[d];
+            mo += idx[d] * m->strides[d];
+        }
         if (tpu_load_i64(tpu_elem_ptr(m, mo), (tpu_dtype)m->dtype)) {
-            if (k >= o->sizes[0]) return tpu_kernel_fail(a, "masked_select: more selected elements than the output holds");
+            if (k >= o->sizes[0])
+                return tpu_kernel_fail(a, "masked_select: more selected elements than the output holds");
             memcpy(tpu_elem_ptr(o, k * o->strides[0]), tpu_elem_ptr(x, xo), es);
             k++;
         }
@@ -263,7 +318,7 @@ tpu_status tpu_masked_select(tpu_kargs *a) {
 }
 
 tpu_status tpu_ref_shape(tpu_kargs *a) {
-    if (a->op == TPU_OP_MASKED_SELECT) return tpu_masked_select(a);   /* already the naive scan */
+    if (a->op == TPU_OP_MASKED_SELECT) return tpu_masked_select(a); /* already the naive scan */
     if (a->op == TPU_OP_TRIL || a->op == TPU_OP_TRIU) return tri_ref(a);
     return tpu_shape_window(a, NULL);
 }

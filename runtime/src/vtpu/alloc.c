@@ -29,27 +29,30 @@
 #define MAX_USES 4
 
 typedef struct block {
-    uintptr_t off;          /* offset in the arena */
-    size_t size;            /* rounded size (bin) */
+    uintptr_t off; /* offset in the arena */
+    size_t size;   /* rounded size (bin) */
     size_t requested;
     bool live;
-    tpu_stream_t stream;    /* allocation stream */
-    int nuses;              /* extra streams + the seq each must reach before reuse */
+    tpu_stream_t stream; /* allocation stream */
+    int nuses;           /* extra streams + the seq each must reach before reuse */
     tpu_stream_t use_stream[MAX_USES];
     uint64_t use_seq[MAX_USES];
-    uint64_t free_seq;      /* seq of `stream` at free time */
-    struct block *hnext;    /* address hash chain */
-    struct block *fnext;    /* free list chain */
+    uint64_t free_seq;   /* seq of `stream` at free time */
+    struct block *hnext; /* address hash chain */
+    struct block *fnext; /* free list chain */
 } block;
 
-typedef struct range { uintptr_t off; size_t size; } range;
+typedef struct range {
+    uintptr_t off;
+    size_t size;
+} range;
 
 struct tpu_alloc {
     tpu_chip *chip;
     pthread_mutex_t mu;
     block *by_addr[NBUCKETS];
-    block *free_bins[NBUCKETS];   /* hash of bin size -> chain of cached blocks */
-    range *ranges;                /* free arena ranges, sorted by offset */
+    block *free_bins[NBUCKETS]; /* hash of bin size -> chain of cached blocks */
+    range *ranges;              /* free arena ranges, sorted by offset */
     size_t nranges, cap_ranges;
     tpu_mem_stats st;
 };
@@ -69,8 +72,11 @@ struct tpu_alloc *tpu_alloc_create(tpu_chip *chip) {
     pthread_mutex_init(&a->mu, NULL);
     a->cap_ranges = 64;
     a->ranges = malloc(a->cap_ranges * sizeof *a->ranges);
-    if (!a->ranges) { free(a); return NULL; }
-    a->ranges[0] = (range){ 0, chip->capacity };
+    if (!a->ranges) {
+        free(a);
+        return NULL;
+    }
+    a->ranges[0] = (range){0, chip->capacity};
     a->nranges = 1;
     a->st.capacity = chip->capacity;
     return a;
@@ -130,7 +136,7 @@ static bool arena_give(struct tpu_alloc *a, uintptr_t off, size_t size) {
             a->cap_ranges *= 2;
         }
         memmove(&a->ranges[i + 1], &a->ranges[i], (a->nranges - i) * sizeof(range));
-        a->ranges[i] = (range){ off, size };
+        a->ranges[i] = (range){off, size};
         a->nranges++;
     }
     return true;
@@ -171,7 +177,10 @@ static void cache_flush(struct tpu_alloc *a, bool all) {
         block **pp = &a->free_bins[h];
         while (*pp) {
             block *b = *pp;
-            if (!all && !block_ready_for(b, NULL)) { pp = &b->fnext; continue; }
+            if (!all && !block_ready_for(b, NULL)) {
+                pp = &b->fnext;
+                continue;
+            }
             *pp = b->fnext;
             unlink_addr(a, b);
             arena_give(a, b->off, b->size);
@@ -181,14 +190,15 @@ static void cache_flush(struct tpu_alloc *a, bool all) {
     }
 }
 
-static uintptr_t devaddr(tpu_chip *c, uintptr_t off) {
-    return ((uintptr_t)(c->index + 1) << TPU_DEVADDR_SHIFT) + off;
-}
+static uintptr_t devaddr(tpu_chip *c, uintptr_t off) { return ((uintptr_t)(c->index + 1) << TPU_DEVADDR_SHIFT) + off; }
 
 static void fmt_bytes(char *buf, size_t n, size_t bytes) {
-    if (bytes >= ((size_t)1 << 30)) snprintf(buf, n, "%.2f GiB", bytes / 1073741824.0);
-    else if (bytes >= ((size_t)1 << 20)) snprintf(buf, n, "%.2f MiB", bytes / 1048576.0);
-    else snprintf(buf, n, "%zu bytes", bytes);
+    if (bytes >= ((size_t)1 << 30))
+        snprintf(buf, n, "%.2f GiB", bytes / 1073741824.0);
+    else if (bytes >= ((size_t)1 << 20))
+        snprintf(buf, n, "%.2f MiB", bytes / 1048576.0);
+    else
+        snprintf(buf, n, "%zu bytes", bytes);
 }
 
 tpu_status tpu_malloc(int dev, size_t bytes, tpu_stream_t stream, void **out) {
@@ -216,9 +226,16 @@ tpu_status tpu_malloc(int dev, size_t bytes, tpu_stream_t stream, void **out) {
             cache_flush(a, false);
             got = arena_take(a, size, &off);
         }
-        if (!got) { pthread_mutex_unlock(&a->mu); goto oom_unlocked; }
+        if (!got) {
+            pthread_mutex_unlock(&a->mu);
+            goto oom_unlocked;
+        }
         b = calloc(1, sizeof *b);
-        if (!b) { arena_give(a, off, size); pthread_mutex_unlock(&a->mu); goto oom_unlocked; }
+        if (!b) {
+            arena_give(a, off, size);
+            pthread_mutex_unlock(&a->mu);
+            goto oom_unlocked;
+        }
         b->off = off;
         b->size = size;
         unsigned h = hash_ptr(off);
@@ -238,7 +255,8 @@ tpu_status tpu_malloc(int dev, size_t bytes, tpu_stream_t stream, void **out) {
     *out = (void *)devaddr(c, b->off);
     return TPU_OK;
 
-oom_unlocked: {
+oom_unlocked:
+    {
         pthread_mutex_lock(&a->mu);
         a->st.num_ooms++;
         size_t alloc = a->st.allocated, res = a->st.reserved;
@@ -250,9 +268,10 @@ oom_unlocked: {
         fmt_bytes(al, sizeof al, alloc);
         fmt_bytes(rs, sizeof rs, res);
         return tpu_set_error(TPU_ERROR_OUT_OF_MEMORY,
-            "TPU out of memory. Tried to allocate %s (%zu bytes). tpu:%d has a total capacity of %s "
-            "(%zu bytes) of which %s is free. Of the allocated memory %s is allocated by the "
-            "caching allocator and %s is reserved.", req, bytes, dev, cap, c->capacity, fr, al, rs);
+                             "TPU out of memory. Tried to allocate %s (%zu bytes). tpu:%d has a total capacity of %s "
+                             "(%zu bytes) of which %s is free. Of the allocated memory %s is allocated by the "
+                             "caching allocator and %s is reserved.",
+                             req, bytes, dev, cap, c->capacity, fr, al, rs);
     }
 }
 
@@ -274,8 +293,10 @@ static tpu_status lookup(const void *devptr, tpu_chip **c, struct tpu_alloc **a,
 
 tpu_status tpu_free(void *devptr) {
     if (!devptr) return TPU_OK;
-    if (tpu_is_forked_child()) return TPU_OK;   /* parent's memory: nothing to do */
-    tpu_chip *c = NULL; struct tpu_alloc *a = NULL; uintptr_t off = 0;
+    if (tpu_is_forked_child()) return TPU_OK; /* parent's memory: nothing to do */
+    tpu_chip *c = NULL;
+    struct tpu_alloc *a = NULL;
+    uintptr_t off = 0;
     tpu_status s = lookup(devptr, &c, &a, &off);
     if (s) return s;
     pthread_mutex_lock(&a->mu);
@@ -299,7 +320,9 @@ tpu_status tpu_free(void *devptr) {
 /* The storage [devptr, devptr + nbytes) must be a live block of at least
  * nbytes (requested size): see view.c. */
 tpu_status tpu_alloc_check_live(const void *devptr, size_t nbytes, const char *what, int k) {
-    tpu_chip *c = NULL; struct tpu_alloc *a = NULL; uintptr_t off = 0;
+    tpu_chip *c = NULL;
+    struct tpu_alloc *a = NULL;
+    uintptr_t off = 0;
     tpu_status s = lookup(devptr, &c, &a, &off);
     if (s) return s;
     pthread_mutex_lock(&a->mu);
@@ -308,16 +331,22 @@ tpu_status tpu_alloc_check_live(const void *devptr, size_t nbytes, const char *w
     size_t have = live ? b->requested : 0;
     pthread_mutex_unlock(&a->mu);
     if (!live)
-        return tpu_set_error(TPU_ERROR_INVALID_VALUE, "%s: operand %d: %p is not the start of a live tpu allocation "
-                             "(freed, or a pointer into the middle of one)", what, k, devptr);
+        return tpu_set_error(TPU_ERROR_INVALID_VALUE,
+                             "%s: operand %d: %p is not the start of a live tpu allocation "
+                             "(freed, or a pointer into the middle of one)",
+                             what, k, devptr);
     if (nbytes > have)
-        return tpu_set_error(TPU_ERROR_INVALID_VALUE, "%s: operand %d: storage of %zu bytes claimed, but the "
-                             "allocation at %p holds %zu bytes", what, k, nbytes, devptr, have);
+        return tpu_set_error(TPU_ERROR_INVALID_VALUE,
+                             "%s: operand %d: storage of %zu bytes claimed, but the "
+                             "allocation at %p holds %zu bytes",
+                             what, k, nbytes, devptr, have);
     return TPU_OK;
 }
 
 tpu_status tpu_mem_record_stream(void *devptr, tpu_stream_t stream) {
-    tpu_chip *c = NULL; struct tpu_alloc *a = NULL; uintptr_t off = 0;
+    tpu_chip *c = NULL;
+    struct tpu_alloc *a = NULL;
+    uintptr_t off = 0;
     tpu_status s = lookup(devptr, &c, &a, &off);
     if (s) return s;
     pthread_mutex_lock(&a->mu);
@@ -327,8 +356,11 @@ tpu_status tpu_mem_record_stream(void *devptr, tpu_stream_t stream) {
         int k = 0;
         while (k < b->nuses && b->use_stream[k] != stream) k++;
         if (k == b->nuses) {
-            if (k < MAX_USES) { b->use_stream[k] = stream; b->nuses++; }
-            else overflow = true;
+            if (k < MAX_USES) {
+                b->use_stream[k] = stream;
+                b->nuses++;
+            } else
+                overflow = true;
         }
     }
     pthread_mutex_unlock(&a->mu);

@@ -88,13 +88,13 @@ static bool view_contiguous(const tpu_tensor *t) {
 /* Validate both sides through the shared view check (view.c) and resolve the
  * host addresses and byte count of the copy. *dev: the device whose stream
  * orders the copy (the destination's for H2D, the source's otherwise). */
-static tpu_status resolve(tpu_tensor *dst, tpu_tensor *src, tpu_copy_kind kind,
-                          void **hd, const void **hs, size_t *bytes, int *dev) {
+static tpu_status resolve(tpu_tensor *dst, tpu_tensor *src, tpu_copy_kind kind, void **hd, const void **hs,
+                          size_t *bytes, int *dev) {
     if ((unsigned)kind >= TPU_COPY_KIND_COUNT) return tpu_set_error(TPU_ERROR_INVALID_VALUE, "bad copy kind %d", kind);
-    const bool on_dev[2] = { kind == TPU_COPY_H2D || kind == TPU_COPY_D2D, kind == TPU_COPY_D2H || kind == TPU_COPY_D2D };
-    static const char *const what[2] = { "tpu_memcpy (destination)", "tpu_memcpy (source)" };
-    tpu_tensor *v[2] = { dst, src };
-    int vdev[2] = { -1, -1 };
+    const bool on_dev[2] = {kind == TPU_COPY_H2D || kind == TPU_COPY_D2D, kind == TPU_COPY_D2H || kind == TPU_COPY_D2D};
+    static const char *const what[2] = {"tpu_memcpy (destination)", "tpu_memcpy (source)"};
+    tpu_tensor *v[2] = {dst, src};
+    int vdev[2] = {-1, -1};
     int64_t n[2];
     char *p[2];
     for (int k = 0; k < 2; k++) {
@@ -104,7 +104,7 @@ static tpu_status resolve(tpu_tensor *dst, tpu_tensor *src, tpu_copy_kind kind,
         tpu_status s = tpu_view_check(what[k], k, v[k], on_dev[k], &vdev[k]);
         if (s) return s;
         size_t es = tpu_dtype_size((tpu_dtype)v[k]->dtype);
-        n[k] = tpu_tensor_numel(v[k]) * (int64_t)es;   /* in bounds, so no overflow */
+        n[k] = tpu_tensor_numel(v[k]) * (int64_t)es; /* in bounds, so no overflow */
         p[k] = v[k]->base ? (char *)v[k]->base + (size_t)off * es : NULL;
     }
     if (n[0] != n[1])
@@ -120,7 +120,8 @@ static tpu_status resolve(tpu_tensor *dst, tpu_tensor *src, tpu_copy_kind kind,
 static tpu_status do_copy(tpu_tensor dst, tpu_tensor src, tpu_copy_kind kind, tpu_stream_t stream, bool async) {
     tpu_status s = tpu_check_fork();
     if (s) return s;
-    void *hd = NULL; const void *hs = NULL;
+    void *hd = NULL;
+    const void *hs = NULL;
     size_t bytes = 0;
     int dev = -1;
     s = resolve(&dst, &src, kind, &hd, &hs, &bytes, &dev);

@@ -27,9 +27,9 @@ static _Thread_local int cur_dev;
  * entry that needs a chip) fail with a message naming the variable, its value
  * and what is accepted. Unset or empty means the default. */
 
-#define KIB ((uint64_t)1 << 10)
-#define HBM_MIN ((uint64_t)1 << 20)
-#define HBM_MAX (((uint64_t)1 << TPU_DEVADDR_SHIFT) - 4096)   /* device addresses have 44 offset bits */
+#define KIB         ((uint64_t)1 << 10)
+#define HBM_MIN     ((uint64_t)1 << 20)
+#define HBM_MAX     (((uint64_t)1 << TPU_DEVADDR_SHIFT) - 4096) /* device addresses have 44 offset bits */
 #define MAX_WORKERS 64
 
 /* Decimal digits only (no sign, space or base prefix); false on overflow. */
@@ -62,7 +62,11 @@ static bool parse_size(const char *s, uint64_t *out) {
     return true;
 }
 
-typedef struct cfg_err { char msg[1024]; size_t len; int n; } cfg_err;
+typedef struct cfg_err {
+    char msg[1024];
+    size_t len;
+    int n;
+} cfg_err;
 
 static void cfg_bad(cfg_err *e, const char *name, const char *val, const char *accepted) {
     int w = snprintf(e->msg + e->len, sizeof e->msg - e->len, "%s%s='%.64s' is not valid: expected %s",
@@ -76,9 +80,13 @@ static void cfg_int(cfg_err *e, const char *(*get)(const char *), const char *na
     if (!v || !*v) return;
     const char *p = v;
     uint64_t x;
-    if (parse_digits(&p, &x) && !*p && x >= lo && x <= hi) { *out = (int)x; return; }
+    if (parse_digits(&p, &x) && !*p && x >= lo && x <= hi) {
+        *out = (int)x;
+        return;
+    }
     char acc[160];
-    snprintf(acc, sizeof acc, "an integer from %llu to %llu (%s)", (unsigned long long)lo, (unsigned long long)hi, what);
+    snprintf(acc, sizeof acc, "an integer from %llu to %llu (%s)", (unsigned long long)lo, (unsigned long long)hi,
+             what);
     cfg_bad(e, name, v, acc);
 }
 
@@ -87,29 +95,34 @@ static void cfg_choice(cfg_err *e, const char *(*get)(const char *), const char 
     const char *v = get(name);
     if (!v || !*v) return;
     for (int i = 0; choices[i]; i++)
-        if (strcmp(v, choices[i]) == 0) { *out = i; return; }
+        if (strcmp(v, choices[i]) == 0) {
+            *out = i;
+            return;
+        }
     cfg_bad(e, name, v, accepted);
 }
 
 tpu_status tpu_config_parse(const char *(*get)(const char *name), tpu_config *out) {
-    cfg_err e = { .len = 0, .n = 0 };
+    cfg_err e = {.len = 0, .n = 0};
     e.msg[0] = 0;
-    *out = (tpu_config){ .num_devices = 1, .hbm_bytes = (size_t)16 << 30, .num_workers = 0, .mxu_portable = false };
+    *out = (tpu_config){.num_devices = 1, .hbm_bytes = (size_t)16 << 30, .num_workers = 0, .mxu_portable = false};
     cfg_int(&e, get, "TPU_NUM_DEVICES", 1, TPU_MAX_DEVICES, "the number of virtual tpu chips", &out->num_devices);
     const char *v = get("TPU_HBM_BYTES");
     uint64_t hbm;
     if (v && *v) {
-        if (parse_size(v, &hbm) && hbm >= HBM_MIN && hbm <= HBM_MAX) out->hbm_bytes = (size_t)(hbm & ~(KIB * 4 - 1));
-        else cfg_bad(&e, "TPU_HBM_BYTES", v,
-                     "a whole number of bytes from 1048576 (1M) to 17592186040320 (16T - 4K), optionally with a "
-                     "binary suffix K, M, G or T (or KiB, MiB, GiB, TiB), e.g. 16G");
+        if (parse_size(v, &hbm) && hbm >= HBM_MIN && hbm <= HBM_MAX)
+            out->hbm_bytes = (size_t)(hbm & ~(KIB * 4 - 1));
+        else
+            cfg_bad(&e, "TPU_HBM_BYTES", v,
+                    "a whole number of bytes from 1048576 (1M) to 17592186040320 (16T - 4K), optionally with a "
+                    "binary suffix K, M, G or T (or KiB, MiB, GiB, TiB), e.g. 16G");
     }
     cfg_int(&e, get, "TPU_NUM_WORKERS", 1, MAX_WORKERS, "compute threads per process", &out->num_workers);
-    static const char *const mxu[] = { "auto", "portable", NULL };
+    static const char *const mxu[] = {"auto", "portable", NULL};
     int m = 0;
     cfg_choice(&e, get, "TPU_MXU", mxu, "'auto' or 'portable'", &m);
     out->mxu_portable = m == 1;
-    static const char *const flag[] = { "0", "1", NULL };
+    static const char *const flag[] = {"0", "1", NULL};
     int f = 0;
     cfg_choice(&e, get, "TORCH_TPU_LAUNCH_BLOCKING", flag, "0 or 1", &f);
     /* Read by the Python package and the C++ glue; validated here so that
@@ -130,7 +143,7 @@ static pthread_once_t config_once = PTHREAD_ONCE_INIT;
 static void config_init(void) {
     config_status = tpu_config_parse(env_get, &config);
     if (config_status) snprintf(config_msg, sizeof config_msg, "%s", tpu_last_error());
-    tpu_pool_register(config.mxu_portable);   /* the kernels' compute pool, from the first runtime entry on */
+    tpu_pool_register(config.mxu_portable); /* the kernels' compute pool, from the first runtime entry on */
 }
 
 const tpu_config *tpu_config_get(tpu_status *st) {
@@ -172,8 +185,8 @@ bool tpu_is_forked_child(void) { return atomic_load_explicit(&forked_child, memo
 tpu_status tpu_check_fork(void) {
     if (atomic_load_explicit(&forked_child, memory_order_relaxed))
         return tpu_set_error(TPU_ERROR_FORKED,
-            "Cannot re-initialize TPU in forked subprocess. To use TPU with multiprocessing, "
-            "you must use the 'spawn' start method");
+                             "Cannot re-initialize TPU in forked subprocess. To use TPU with multiprocessing, "
+                             "you must use the 'spawn' start method");
     return TPU_OK;
 }
 
@@ -181,11 +194,11 @@ tpu_status tpu_check_fork(void) {
 static int init_dev;
 static void chip_init(void) {
     tpu_chip *c = &chips[init_dev];
-    size_t cap = tpu_config_get(NULL)->hbm_bytes;   /* validated: 1 MiB .. 16 TiB - 4 KiB, page multiple */
+    size_t cap = tpu_config_get(NULL)->hbm_bytes; /* validated: 1 MiB .. 16 TiB - 4 KiB, page multiple */
     void *p = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) {
         c->init_status = tpu_set_error(TPU_ERROR_OUT_OF_MEMORY,
-            "could not reserve %zu bytes of address space for tpu:%d", cap, c->index);
+                                       "could not reserve %zu bytes of address space for tpu:%d", cap, c->index);
         return;
     }
     c->arena = p;
@@ -209,12 +222,15 @@ tpu_status tpu_chip_get(int dev, tpu_chip **out) {
     int n = tpu_device_count();
     if (dev < 0 || dev >= n)
         return tpu_set_error(TPU_ERROR_INVALID_DEVICE,
-            "Invalid device index %d: there %s %d tpu device%s (valid indices 0..%d)",
-            dev, n == 1 ? "is" : "are", n, n == 1 ? "" : "s", n - 1);
+                             "Invalid device index %d: there %s %d tpu device%s (valid indices 0..%d)", dev,
+                             n == 1 ? "is" : "are", n, n == 1 ? "" : "s", n - 1);
     tpu_chip *c = &chips[dev];
     if (!c->arena) {
         pthread_mutex_lock(&init_mu);
-        if (!c->arena && c->init_status == TPU_OK) { init_dev = dev; chip_init(); }
+        if (!c->arena && c->init_status == TPU_OK) {
+            init_dev = dev;
+            chip_init();
+        }
         pthread_mutex_unlock(&init_mu);
     }
     if (c->init_status) return c->init_status;
@@ -253,8 +269,8 @@ tpu_status tpu_device_get_props(int dev, tpu_device_props *out) {
     if (s || (s = tpu_init())) return s;
     int n = tpu_device_count();
     if (dev < 0 || dev >= n)
-        return tpu_set_error(TPU_ERROR_INVALID_DEVICE,
-            "Invalid device index %d: there %s %d tpu device%s", dev, n == 1 ? "is" : "are", n, n == 1 ? "" : "s");
+        return tpu_set_error(TPU_ERROR_INVALID_DEVICE, "Invalid device index %d: there %s %d tpu device%s", dev,
+                             n == 1 ? "is" : "are", n, n == 1 ? "" : "s");
     memset(out, 0, sizeof *out);
     out->mxu = tpu_mxu_detected();
     snprintf(out->name, sizeof out->name, "vTPU (%s)", tpu_mxu_name(out->mxu));
@@ -271,8 +287,8 @@ tpu_status tpu_device_set(int dev) {
     if (s) return s;
     int n = tpu_device_count();
     if (dev < 0 || dev >= n)
-        return tpu_set_error(TPU_ERROR_INVALID_DEVICE,
-            "Invalid device index %d: there %s %d tpu device%s", dev, n == 1 ? "is" : "are", n, n == 1 ? "" : "s");
+        return tpu_set_error(TPU_ERROR_INVALID_DEVICE, "Invalid device index %d: there %s %d tpu device%s", dev,
+                             n == 1 ? "is" : "are", n, n == 1 ? "" : "s");
     cur_dev = dev;
     return TPU_OK;
 }

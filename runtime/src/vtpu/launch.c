@@ -12,7 +12,7 @@
 /* ---- the eager mode: the one copy of it (the C++ glue and Python read it here) ---- */
 static _Atomic int eager_mode = TPU_EAGER_STRICT;
 static pthread_once_t mode_once = PTHREAD_ONCE_INIT;
-static const char *const mode_names[TPU_EAGER_MODE_COUNT] = { "debug", "strict", "fused" };
+static const char *const mode_names[TPU_EAGER_MODE_COUNT] = {"debug", "strict", "fused"};
 _Static_assert(TPU_EAGER_MODE_COUNT == 3, "eager mode names");
 
 /* TORCH_TPU_LAUNCH_BLOCKING (any value but unset, "" or "0"; tpu_init()
@@ -30,7 +30,8 @@ tpu_eager_mode tpu_get_eager_mode(void) {
 }
 
 tpu_status tpu_set_eager_mode(tpu_eager_mode m) {
-    if ((unsigned)m >= TPU_EAGER_MODE_COUNT) return tpu_set_error(TPU_ERROR_INVALID_VALUE, "unknown eager mode %d", (int)m);
+    if ((unsigned)m >= TPU_EAGER_MODE_COUNT)
+        return tpu_set_error(TPU_ERROR_INVALID_VALUE, "unknown eager mode %d", (int)m);
     if (m == TPU_EAGER_FUSED)
         return tpu_set_error(TPU_ERROR_NOT_SUPPORTED, "Fused Eager (DeferAndFuse) is not implemented yet in torch_tpu");
     pthread_once(&mode_once, mode_init);
@@ -42,8 +43,14 @@ const char *tpu_eager_mode_name(tpu_eager_mode m) { return (unsigned)m < TPU_EAG
 
 tpu_status tpu_eager_mode_from_name(const char *name, tpu_eager_mode *out) {
     for (int m = 0; m < TPU_EAGER_MODE_COUNT; m++)
-        if (strcmp(name, mode_names[m]) == 0) { *out = (tpu_eager_mode)m; return TPU_OK; }
-    if (strcmp(name, "defer_and_fuse") == 0) { *out = TPU_EAGER_FUSED; return TPU_OK; }
+        if (strcmp(name, mode_names[m]) == 0) {
+            *out = (tpu_eager_mode)m;
+            return TPU_OK;
+        }
+    if (strcmp(name, "defer_and_fuse") == 0) {
+        *out = TPU_EAGER_FUSED;
+        return TPU_OK;
+    }
     /* The modes one can select today (Python's sorted list), as PyTorch-style users read it. */
     return tpu_set_error(TPU_ERROR_INVALID_VALUE, "unknown eager mode '%.64s'; expected one of ['%s', '%s']", name,
                          mode_names[TPU_EAGER_DEBUG], mode_names[TPU_EAGER_STRICT]);
@@ -64,21 +71,34 @@ tpu_status tpu_launch(tpu_stream_t stream, tpu_op op, const tpu_tensor *operands
     a->n = n;
     a->err[0] = 0;
     memcpy(a->t, operands, (size_t)n * sizeof *operands);
-    if (params) a->p = *params; else memset(&a->p, 0, sizeof a->p);
+    if (params)
+        a->p = *params;
+    else
+        memset(&a->p, 0, sizeof a->p);
     int dev = -1;
     for (int k = 0; k < n; k++) {
         s = tpu_view_check(tpu_op_name(op), k, &a->t[k], true, &dev);
-        if (s) { free(c); return s; }
+        if (s) {
+            free(c);
+            return s;
+        }
     }
-    s = tpu_op_check_dtypes(op, a->t, n, &a->p);   /* the op's dtype rule (ops.def), before anything is queued */
-    if (s) { free(c); return s; }
+    s = tpu_op_check_dtypes(op, a->t, n, &a->p); /* the op's dtype rule (ops.def), before anything is queued */
+    if (s) {
+        free(c);
+        return s;
+    }
     if (!stream) stream = tpu_stream_current(dev >= 0 ? dev : tpu_device_current());
-    if (!stream) { free(c); return tpu_set_error(TPU_ERROR_INVALID_DEVICE, "no stream for device %d", dev); }
+    if (!stream) {
+        free(c);
+        return tpu_set_error(TPU_ERROR_INVALID_DEVICE, "no stream for device %d", dev);
+    }
     if (dev >= 0 && tpu_stream_device(stream) != dev) {
         free(c);
-        return tpu_set_error(TPU_ERROR_DEVICE_MISMATCH,
-            "Expected all tensors to be on the same device, but found at least two devices, tpu:%d and tpu:%d!",
-            dev, tpu_stream_device(stream));
+        return tpu_set_error(
+            TPU_ERROR_DEVICE_MISMATCH,
+            "Expected all tensors to be on the same device, but found at least two devices, tpu:%d and tpu:%d!", dev,
+            tpu_stream_device(stream));
     }
     if (tpu_get_eager_mode() == TPU_EAGER_DEBUG) {
         /* Debug Eager: run on this thread when the stream is idle (no wake-up round trip). */

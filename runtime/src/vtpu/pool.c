@@ -13,9 +13,9 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-static int nworkers = 0;               /* including the caller */
+static int nworkers = 0; /* including the caller */
 static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
-static pthread_mutex_t region_mu = PTHREAD_MUTEX_INITIALIZER;  /* held by the running region */
+static pthread_mutex_t region_mu = PTHREAD_MUTEX_INITIALIZER; /* held by the running region */
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
 
@@ -49,7 +49,7 @@ static void *pool_main(void *arg) {
             pthread_mutex_unlock(&mu);
         }
         seen = g;
-        if (w - 1 < job.parts - 1) run_part(w - 1);   /* the caller runs the last part */
+        if (w - 1 < job.parts - 1) run_part(w - 1); /* the caller runs the last part */
         atomic_fetch_sub_explicit(&pending, 1, memory_order_acq_rel);
     }
     return NULL;
@@ -70,7 +70,10 @@ static void pool_init(void) {
         pthread_attr_t at;
         pthread_attr_init(&at);
         pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-        if (pthread_create(&t, &at, pool_main, (void *)(intptr_t)w) != 0) { nworkers = w; break; }
+        if (pthread_create(&t, &at, pool_main, (void *)(intptr_t)w) != 0) {
+            nworkers = w;
+            break;
+        }
         pthread_attr_destroy(&at);
     }
 }
@@ -106,7 +109,7 @@ static void pool_parallel_for(int64_t n, int64_t grain, void (*fn)(void *ctx, in
     pthread_mutex_unlock(&region_mu);
 }
 
-static tpu_compute_iface pool_iface = { .parallel_for = pool_parallel_for, .num_workers = tpu_num_workers };
+static tpu_compute_iface pool_iface = {.parallel_for = pool_parallel_for, .num_workers = tpu_num_workers};
 
 void tpu_pool_register(bool mxu_portable) {
     pool_iface.mxu_portable = mxu_portable;

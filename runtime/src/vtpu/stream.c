@@ -37,48 +37,46 @@
 #include <string.h>
 #include <time.h>
 
-#define NQUEUES (1 + 2 * TPU_STREAM_POOL_SIZE)   /* default, low pool, high pool */
-#define SPIN_ITERS 4000     /* ~50 us of pause: longer spins steal one of our two cores */
-#define SLICE_NS 50000000   /* a sleeping host wait checks for interrupts this often */
+#define NQUEUES    (1 + 2 * TPU_STREAM_POOL_SIZE) /* default, low pool, high pool */
+#define SPIN_ITERS 4000                           /* ~50 us of pause: longer spins steal one of our two cores */
+#define SLICE_NS   50000000                       /* a sleeping host wait checks for interrupts this often */
 
 struct tpu_stream {
     int dev;
-    int64_t id;                        /* 0 default, 1..POOL low, POOL+1..2*POOL high */
-    int priority;                      /* 0 low, -1 high (PyTorch: lower is higher) */
+    int64_t id;   /* 0 default, 1..POOL low, POOL+1..2*POOL high */
+    int priority; /* 0 low, -1 high (PyTorch: lower is higher) */
     pthread_mutex_t mu;
-    pthread_cond_t cv_work;            /* the worker: a command was queued */
-    pthread_cond_t cv_done;            /* waiters (completion or room): a command completed */
+    pthread_cond_t cv_work; /* the worker: a command was queued */
+    pthread_cond_t cv_done; /* waiters (completion or room): a command completed */
     tpu_cmd *head, *tail;
-    uint64_t enqueued;                 /* guarded by mu */
-    _Atomic uint64_t enqueued_pub;     /* readable without the lock */
+    uint64_t enqueued;             /* guarded by mu */
+    _Atomic uint64_t enqueued_pub; /* readable without the lock */
     _Atomic uint64_t completed;
-    int sleepers;                      /* threads waiting on cv_done */
+    int sleepers; /* threads waiting on cv_done */
     bool worker_sleeping, started;
     pthread_t thread;
-    tpu_status err;                    /* sticky asynchronous error */
+    tpu_status err; /* sticky asynchronous error */
     char errmsg[512];
 };
 
 struct tpu_event {
-    tpu_stream_t stream;               /* last record (NULL: never recorded) */
+    tpu_stream_t stream; /* last record (NULL: never recorded) */
     uint64_t seq;
     bool timing;
-    _Atomic uint64_t gen;              /* bumped by every record; only the latest stamps */
-    _Atomic int refs;                  /* the owner + each queued record command */
-    struct timespec t;                 /* written by the worker before `completed` is released */
+    _Atomic uint64_t gen; /* bumped by every record; only the latest stamps */
+    _Atomic int refs;     /* the owner + each queued record command */
+    struct timespec t;    /* written by the worker before `completed` is released */
 };
 
 static struct tpu_stream queues[TPU_MAX_DEVICES][NQUEUES];
 static _Atomic unsigned next_in_pool[TPU_MAX_DEVICES][2];
 static _Thread_local tpu_stream_t cur_stream[TPU_MAX_DEVICES];
 static _Atomic(tpu_interrupt_fn) interrupt_fn;
-static _Thread_local bool interrupted;   /* latched until tpu_interrupt_clear() */
+static _Thread_local bool interrupted; /* latched until tpu_interrupt_clear() */
 
 /* --- interrupts --- */
 
-void tpu_set_interrupt_check(tpu_interrupt_fn fn) {
-    atomic_store_explicit(&interrupt_fn, fn, memory_order_release);
-}
+void tpu_set_interrupt_check(tpu_interrupt_fn fn) { atomic_store_explicit(&interrupt_fn, fn, memory_order_release); }
 void tpu_interrupt_clear(void) { interrupted = false; }
 bool tpu_interrupted(void) { return interrupted; }
 
@@ -92,8 +90,8 @@ static bool poll_interrupt(void) {
 
 static tpu_status interrupted_error(tpu_stream_t s) {
     return tpu_set_error(TPU_ERROR_INTERRUPTED,
-        "interrupted while waiting for tpu:%d (stream %lld); work already queued keeps running",
-        s->dev, (long long)s->id);
+                         "interrupted while waiting for tpu:%d (stream %lld); work already queued keeps running",
+                         s->dev, (long long)s->id);
 }
 
 /* --- commands --- */
@@ -107,9 +105,7 @@ tpu_cmd *tpu_cmd_new(tpu_cmd_kind kind) {
     return c;
 }
 
-static uint64_t completed_of(tpu_stream_t s) {
-    return atomic_load_explicit(&s->completed, memory_order_acquire);
-}
+static uint64_t completed_of(tpu_stream_t s) { return atomic_load_explicit(&s->completed, memory_order_acquire); }
 
 static void set_sticky(tpu_stream_t s, tpu_status st, const char *msg) {
     pthread_mutex_lock(&s->mu);
@@ -156,12 +152,8 @@ static void run_cmd(tpu_stream_t s, tpu_cmd *c) {
         event_unref(e);
         break;
     }
-    case TPU_CMD_WAIT:
-        wait_complete(c->u.wait.stream, c->u.wait.seq);
-        break;
-    case TPU_CMD_CALLBACK:
-        c->u.cb.fn(c->u.cb.user);
-        break;
+    case TPU_CMD_WAIT: wait_complete(c->u.wait.stream, c->u.wait.seq); break;
+    case TPU_CMD_CALLBACK: c->u.cb.fn(c->u.cb.user); break;
     }
 }
 
@@ -196,7 +188,8 @@ static void *worker_main(void *arg) {
         /* Spin a little for new work before taking the lock and sleeping. */
         for (int i = 0; i < SPIN_ITERS; i++) {
             if (atomic_load_explicit(&s->enqueued_pub, memory_order_acquire) >
-                atomic_load_explicit(&s->completed, memory_order_relaxed)) break;
+                atomic_load_explicit(&s->completed, memory_order_relaxed))
+                break;
             __builtin_ia32_pause();
         }
         pthread_mutex_lock(&s->mu);
@@ -228,8 +221,7 @@ static void queue_init(tpu_stream_t s, int dev, int64_t id, int priority) {
 }
 
 tpu_stream_t tpu_stream_pool_init(int dev) {
-    for (int q = 0; q < NQUEUES; q++)
-        queue_init(&queues[dev][q], dev, q, q > TPU_STREAM_POOL_SIZE ? -1 : 0);
+    for (int q = 0; q < NQUEUES; q++) queue_init(&queues[dev][q], dev, q, q > TPU_STREAM_POOL_SIZE ? -1 : 0);
     return &queues[dev][0];
 }
 
@@ -277,9 +269,7 @@ int tpu_stream_device(tpu_stream_t s) { return s ? s->dev : -1; }
 int64_t tpu_stream_id(tpu_stream_t s) { return s ? s->id : -1; }
 int tpu_stream_priority(tpu_stream_t s) { return s ? s->priority : 0; }
 
-uint64_t tpu_stream_completed(tpu_stream_t s) {
-    return s ? completed_of(s) : UINT64_MAX;
-}
+uint64_t tpu_stream_completed(tpu_stream_t s) { return s ? completed_of(s) : UINT64_MAX; }
 uint64_t tpu_stream_enqueued(tpu_stream_t s) {
     return s ? atomic_load_explicit(&s->enqueued_pub, memory_order_acquire) : 0;
 }
@@ -295,13 +285,19 @@ enum wait_mode {
 /* Cancel the queued copy with sequence number `seq` (caller holds mu). */
 static bool cancel_copy_locked(tpu_stream_t s, uint64_t seq) {
     for (tpu_cmd *c = s->head; c && c->seq <= seq; c = c->next)
-        if (c->seq == seq && c->kind == TPU_CMD_COPY) { c->cancelled = true; return true; }
+        if (c->seq == seq && c->kind == TPU_CMD_COPY) {
+            c->cancelled = true;
+            return true;
+        }
     return false;
 }
 
 static void add_ns(struct timespec *t, long ns) {
     t->tv_nsec += ns;
-    if (t->tv_nsec >= 1000000000) { t->tv_sec++; t->tv_nsec -= 1000000000; }
+    if (t->tv_nsec >= 1000000000) {
+        t->tv_sec++;
+        t->tv_nsec -= 1000000000;
+    }
 }
 
 static bool reached(const struct timespec *now, const struct timespec *t) {
@@ -318,7 +314,10 @@ static tpu_status sleep_until_locked(tpu_stream_t s, uint64_t target, enum wait_
     add_ns(&poll_at, SLICE_NS);
     s->sleepers++;
     while (completed_of(s) < target) {
-        if (mode == WAIT_FULLY) { pthread_cond_wait(&s->cv_done, &s->mu); continue; }
+        if (mode == WAIT_FULLY) {
+            pthread_cond_wait(&s->cv_done, &s->mu);
+            continue;
+        }
         pthread_cond_timedwait(&s->cv_done, &s->mu, &poll_at);
         if (completed_of(s) >= target) break;
         struct timespec now;
@@ -330,7 +329,10 @@ static tpu_status sleep_until_locked(tpu_stream_t s, uint64_t target, enum wait_
         bool intr = poll_interrupt();
         pthread_mutex_lock(&s->mu);
         if (!intr) continue;
-        if (mode == WAIT_OR_INTERRUPT) { st = TPU_ERROR_INTERRUPTED; break; }
+        if (mode == WAIT_OR_INTERRUPT) {
+            st = TPU_ERROR_INTERRUPTED;
+            break;
+        }
         if (cancel_copy_locked(s, target)) break;
     }
     s->sleepers--;
@@ -390,7 +392,10 @@ static bool on_worker(tpu_stream_t s) { return s->started && pthread_equal(pthre
 
 tpu_status tpu_stream_enqueue(tpu_stream_t s, tpu_cmd *c, uint64_t *seq) {
     tpu_status st = tpu_check_fork();
-    if (st) { free(c); return st; }
+    if (st) {
+        free(c);
+        return st;
+    }
     pthread_mutex_lock(&s->mu);
     if (!s->started) {
         pthread_attr_t at;
@@ -401,8 +406,8 @@ tpu_status tpu_stream_enqueue(tpu_stream_t s, tpu_cmd *c, uint64_t *seq) {
         if (rc != 0) {
             pthread_mutex_unlock(&s->mu);
             free(c);
-            return tpu_set_error(TPU_ERROR_INTERNAL, "could not start the worker thread of tpu:%d queue %lld",
-                                 s->dev, (long long)s->id);
+            return tpu_set_error(TPU_ERROR_INTERNAL, "could not start the worker thread of tpu:%d queue %lld", s->dev,
+                                 (long long)s->id);
         }
         s->started = true;
     }
@@ -416,7 +421,10 @@ tpu_status tpu_stream_enqueue(tpu_stream_t s, tpu_cmd *c, uint64_t *seq) {
         }
     }
     c->next = NULL;
-    if (s->tail) s->tail->next = c; else s->head = c;
+    if (s->tail)
+        s->tail->next = c;
+    else
+        s->head = c;
     s->tail = c;
     uint64_t n = ++s->enqueued;
     c->seq = n;
@@ -503,7 +511,10 @@ tpu_status tpu_device_synchronize(int dev) {
     char msg[512] = "";
     for (int i = 0; i < n; i++) {
         tpu_status e = take_error(qs[i]);
-        if (e && !first) { first = e; snprintf(msg, sizeof msg, "%s", tpu_last_error()); }
+        if (e && !first) {
+            first = e;
+            snprintf(msg, sizeof msg, "%s", tpu_last_error());
+        }
     }
     if (first) tpu_set_error(first, "%s", msg);
     return first;
@@ -530,7 +541,7 @@ tpu_status tpu_event_create(bool enable_timing, tpu_event_t *out) {
 }
 
 tpu_status tpu_event_destroy(tpu_event_t e) {
-    if (e) event_unref(e);   /* a queued record keeps it alive until it has run */
+    if (e) event_unref(e); /* a queued record keeps it alive until it has run */
     return TPU_OK;
 }
 
@@ -542,8 +553,11 @@ tpu_status tpu_event_record(tpu_event_t e, tpu_stream_t s) {
     c->u.event.gen = atomic_fetch_add_explicit(&e->gen, 1, memory_order_acq_rel) + 1;
     atomic_fetch_add_explicit(&e->refs, 1, memory_order_relaxed);
     uint64_t seq;
-    tpu_status st = tpu_stream_enqueue(s, c, &seq);   /* frees c on failure */
-    if (st) { event_unref(e); return st; }
+    tpu_status st = tpu_stream_enqueue(s, c, &seq); /* frees c on failure */
+    if (st) {
+        event_unref(e);
+        return st;
+    }
     e->stream = s;
     e->seq = seq;
     return TPU_OK;
@@ -562,7 +576,7 @@ tpu_status tpu_event_synchronize(tpu_event_t e) {
 
 tpu_status tpu_stream_wait_event(tpu_stream_t s, tpu_event_t e) {
     if (!s || !e) return tpu_set_error(TPU_ERROR_INVALID_VALUE, "tpu_stream_wait_event: NULL argument");
-    if (!e->stream || e->stream == s) return TPU_OK;     /* nothing to wait for / same-queue order */
+    if (!e->stream || e->stream == s) return TPU_OK; /* nothing to wait for / same-queue order */
     if (tpu_stream_completed(e->stream) >= e->seq) return TPU_OK;
     tpu_cmd *c = tpu_cmd_new(TPU_CMD_WAIT);
     if (!c) return tpu_set_error(TPU_ERROR_OUT_OF_MEMORY, "out of host memory");
@@ -574,7 +588,8 @@ tpu_status tpu_stream_wait_event(tpu_stream_t s, tpu_event_t e) {
 tpu_status tpu_event_elapsed_ms(tpu_event_t a, tpu_event_t b, float *ms) {
     if (!a || !b || !ms) return tpu_set_error(TPU_ERROR_INVALID_VALUE, "tpu_event_elapsed_ms: NULL argument");
     if (!a->timing || !b->timing)
-        return tpu_set_error(TPU_ERROR_INVALID_VALUE, "Both events must be created with argument 'enable_timing=True'.");
+        return tpu_set_error(TPU_ERROR_INVALID_VALUE,
+                             "Both events must be created with argument 'enable_timing=True'.");
     if (!a->stream || !b->stream)
         return tpu_set_error(TPU_ERROR_INVALID_VALUE, "Both events must be recorded before calculating elapsed time.");
     if (tpu_event_query(a) || tpu_event_query(b))

@@ -21,16 +21,17 @@ static tpu_status view_span(const char *what, int k, const tpu_tensor *t, int64_
     *lo = *hi = t->offset;
     *empty = false;
     if (t->offset < 0)
-        return tpu_set_error(TPU_ERROR_INVALID_VALUE, "%s: operand %d has negative storage offset %lld",
-                             what, k, (long long)t->offset);
+        return tpu_set_error(TPU_ERROR_INVALID_VALUE, "%s: operand %d has negative storage offset %lld", what, k,
+                             (long long)t->offset);
     /* The product of the non-zero sizes must fit too: kernels multiply sizes
      * in any order, and a stride-0 view of 2^62 elements is "in bounds". */
     int64_t numel = 1;
     for (int d = 0; d < t->ndim; d++) {
         if (t->sizes[d] < 0)
-            return tpu_set_error(TPU_ERROR_INVALID_VALUE, "%s: operand %d has negative size %lld in dim %d",
-                                 what, k, (long long)t->sizes[d], d);
-        if (t->sizes[d] == 0) *empty = true;
+            return tpu_set_error(TPU_ERROR_INVALID_VALUE, "%s: operand %d has negative size %lld in dim %d", what, k,
+                                 (long long)t->sizes[d], d);
+        if (t->sizes[d] == 0)
+            *empty = true;
         else if (__builtin_mul_overflow(numel, t->sizes[d], &numel))
             return tpu_set_error(TPU_ERROR_OVERFLOW, "%s: operand %d: its number of elements overflows", what, k);
     }
@@ -49,28 +50,35 @@ tpu_status tpu_view_check(const char *what, int k, tpu_tensor *t, bool device, i
     if ((unsigned)t->dtype >= TPU_DTYPE_COUNT)
         return tpu_set_error(TPU_ERROR_INVALID_VALUE, "%s: operand %d has unknown dtype %d", what, k, t->dtype);
     if (t->ndim < 0 || t->ndim > TPU_MAX_DIMS)
-        return tpu_set_error(TPU_ERROR_INVALID_VALUE, "%s: operand %d has %d dims (at most %d supported)",
-                             what, k, t->ndim, TPU_MAX_DIMS);
+        return tpu_set_error(TPU_ERROR_INVALID_VALUE, "%s: operand %d has %d dims (at most %d supported)", what, k,
+                             t->ndim, TPU_MAX_DIMS);
     int64_t lo, hi;
     bool empty;
     tpu_status s = view_span(what, k, t, &lo, &hi, &empty);
     if (s) return s;
-    if (empty) { t->base = NULL; return TPU_OK; }
+    if (empty) {
+        t->base = NULL;
+        return TPU_OK;
+    }
     size_t es = tpu_dtype_size((tpu_dtype)t->dtype);
     if (lo < 0 || (uint64_t)hi >= t->nbytes / es)
-        return tpu_set_error(TPU_ERROR_INVALID_VALUE,
-            "%s: operand %d: view of elements [%lld, %lld] (%zu bytes each) is outside its storage of %zu bytes",
-            what, k, (long long)lo, (long long)hi, es, t->nbytes);
+        return tpu_set_error(
+            TPU_ERROR_INVALID_VALUE,
+            "%s: operand %d: view of elements [%lld, %lld] (%zu bytes each) is outside its storage of %zu bytes", what,
+            k, (long long)lo, (long long)hi, es, t->nbytes);
     if (!device) {
         if (!t->base) return tpu_set_error(TPU_ERROR_INVALID_VALUE, "%s: operand %d: host buffer is NULL", what, k);
         return TPU_OK;
     }
     int d = tpu_mem_device_of(t->base);
     if (d < 0)
-        return tpu_set_error(TPU_ERROR_INVALID_VALUE, "%s: operand %d (%p) is not in tpu device memory", what, k, t->base);
+        return tpu_set_error(TPU_ERROR_INVALID_VALUE, "%s: operand %d (%p) is not in tpu device memory", what, k,
+                             t->base);
     if (*dev >= 0 && d != *dev)
-        return tpu_set_error(TPU_ERROR_DEVICE_MISMATCH,
-            "Expected all tensors to be on the same device, but found at least two devices, tpu:%d and tpu:%d!", *dev, d);
+        return tpu_set_error(
+            TPU_ERROR_DEVICE_MISMATCH,
+            "Expected all tensors to be on the same device, but found at least two devices, tpu:%d and tpu:%d!", *dev,
+            d);
     *dev = d;
     s = tpu_alloc_check_live(t->base, t->nbytes, what, k);
     if (s) return s;

@@ -21,11 +21,11 @@ static inline uintptr_t tpu_devaddr_offset(const void *devptr) {
 typedef struct tpu_chip {
     int index;
     size_t capacity;
-    char *arena;                 /* host mapping of the chip's memory (lazy) */
+    char *arena; /* host mapping of the chip's memory (lazy) */
     pthread_once_t once;
     tpu_status init_status;
     tpu_stream_t default_stream;
-    struct tpu_alloc *alloc;     /* caching allocator state (alloc.c) */
+    struct tpu_alloc *alloc; /* caching allocator state (alloc.c) */
 } tpu_chip;
 
 /* Bring chip `dev` up on first use; checks index and fork state. */
@@ -38,10 +38,10 @@ tpu_status tpu_check_fork(void);
 /* Configuration (device.c): every environment variable the runtime reads,
  * parsed strictly. README "Environment" documents each one and its range. */
 typedef struct tpu_config {
-    int num_devices;          /* TPU_NUM_DEVICES, 1..TPU_MAX_DEVICES (default 1) */
-    size_t hbm_bytes;         /* TPU_HBM_BYTES, rounded down to 4 KiB (default 16 GiB) */
-    int num_workers;          /* TPU_NUM_WORKERS, 1..64; 0 = unset (online CPUs, at most 8) */
-    bool mxu_portable;        /* TPU_MXU=portable */
+    int num_devices;   /* TPU_NUM_DEVICES, 1..TPU_MAX_DEVICES (default 1) */
+    size_t hbm_bytes;  /* TPU_HBM_BYTES, rounded down to 4 KiB (default 16 GiB) */
+    int num_workers;   /* TPU_NUM_WORKERS, 1..64; 0 = unset (online CPUs, at most 8) */
+    bool mxu_portable; /* TPU_MXU=portable */
 } tpu_config;
 /* Parse the variables read through `get` (getenv, or a table in tests). A bad
  * value: TPU_ERROR_INVALID_VALUE naming each bad variable, its value and what
@@ -74,14 +74,27 @@ typedef enum tpu_cmd_kind { TPU_CMD_KERNEL, TPU_CMD_COPY, TPU_CMD_EVENT, TPU_CMD
 typedef struct tpu_cmd {
     tpu_cmd_kind kind;
     struct tpu_cmd *next;
-    uint64_t seq;                /* position in its stream, set when queued */
-    bool cancelled;              /* a copy given up by an interrupted host wait: skipped (guarded by the queue's lock) */
+    uint64_t seq;   /* position in its stream, set when queued */
+    bool cancelled; /* a copy given up by an interrupted host wait: skipped (guarded by the queue's lock) */
     union {
         tpu_kargs k;
-        struct { void *dst; const void *src; size_t bytes; } copy;
-        struct { tpu_event_t ev; uint64_t gen; } event;
-        struct { tpu_stream_t stream; uint64_t seq; } wait;
-        struct { tpu_host_fn fn; void *user; } cb;
+        struct {
+            void *dst;
+            const void *src;
+            size_t bytes;
+        } copy;
+        struct {
+            tpu_event_t ev;
+            uint64_t gen;
+        } event;
+        struct {
+            tpu_stream_t stream;
+            uint64_t seq;
+        } wait;
+        struct {
+            tpu_host_fn fn;
+            void *user;
+        } cb;
     } u;
 } tpu_cmd;
 
@@ -93,7 +106,7 @@ tpu_status tpu_stream_enqueue(tpu_stream_t s, tpu_cmd *c, uint64_t *seq);
  * the stream is busy. A failing kernel's error is returned in *st (and set as
  * the last error), not made sticky. */
 bool tpu_stream_try_inline(tpu_stream_t s, tpu_cmd *c, tpu_status *st);
-uint64_t tpu_stream_completed(tpu_stream_t s);   /* acquire */
+uint64_t tpu_stream_completed(tpu_stream_t s); /* acquire */
 uint64_t tpu_stream_enqueued(tpu_stream_t s);
 /* Set up chip `dev`'s fixed pool of hardware queues; returns its default
  * stream (device.c calls this once per chip). */
