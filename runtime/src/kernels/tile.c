@@ -76,16 +76,23 @@
 #define TILE_LD1_NZD(AT, i) d[i] = (double)(q[AT(i)] != 0)
 #define TILE_LD1_NZI(AT, i) d[i] = (int64_t)(q[AT(i)] != 0)
 
-TILE_CLONES void tpu_tile_load_f32_conv(float *restrict d, const void *src, int64_t stride, int64_t n,
-                                        tpu_dtype dt){TILE_SWITCH(TILE_LD, F32, F32, H2F, B2F, NZF)} TILE_CLONES
-    void tpu_tile_load_f64_conv(double *restrict d, const void *src, int64_t stride, int64_t n,
-                                tpu_dtype dt){TILE_SWITCH(TILE_LD, F64, F64, H2F, B2F, NZD)} TILE_CLONES
-    void tpu_tile_load_i64_conv(int64_t *restrict d, const void *src, int64_t stride, int64_t n,
-                                tpu_dtype dt){TILE_SWITCH(TILE_LD, I64, I64, H2I, B2I, NZI)} TILE_CLONES
-    void tpu_tile_load_f32_at(float *restrict d, const void *base, const int64_t *off, int64_t n,
-                              tpu_dtype dt){TILE_SWITCH(TILE_LD_AT, F32, F32, H2F, B2F, NZF)} TILE_CLONES
-    void tpu_tile_load_f64_at(double *restrict d, const void *base, const int64_t *off, int64_t n,
-                              tpu_dtype dt){TILE_SWITCH(TILE_LD_AT, F64, F64, H2F, B2F, NZD)}
+TILE_CLONES void tpu_tile_load_f32_conv(float *restrict d, const void *src, int64_t stride, int64_t n, tpu_dtype dt) {
+    TILE_SWITCH(TILE_LD, F32, F32, H2F, B2F, NZF);
+}
+TILE_CLONES void tpu_tile_load_f64_conv(double *restrict d, const void *src, int64_t stride, int64_t n, tpu_dtype dt) {
+    TILE_SWITCH(TILE_LD, F64, F64, H2F, B2F, NZD);
+}
+TILE_CLONES void tpu_tile_load_i64_conv(int64_t *restrict d, const void *src, int64_t stride, int64_t n, tpu_dtype dt) {
+    TILE_SWITCH(TILE_LD, I64, I64, H2I, B2I, NZI);
+}
+TILE_CLONES void tpu_tile_load_f32_at(float *restrict d, const void *base, const int64_t *off, int64_t n,
+                                      tpu_dtype dt) {
+    TILE_SWITCH(TILE_LD_AT, F32, F32, H2F, B2F, NZF);
+}
+TILE_CLONES void tpu_tile_load_f64_at(double *restrict d, const void *base, const int64_t *off, int64_t n,
+                                      tpu_dtype dt) {
+    TILE_SWITCH(TILE_LD_AT, F64, F64, H2F, B2F, NZD);
+}
 
 /* ---- stores ---- */
 
@@ -128,14 +135,20 @@ TILE_CLONES void tpu_tile_store_f32_conv(void *dst, int64_t stride, const float 
         tile_store_bf16_contig(dst, s, n);
         return;
     }
-    TILE_STORE_SWITCH(TILE_ST)
+    TILE_STORE_SWITCH(TILE_ST);
 }
-TILE_CLONES void tpu_tile_store_f64_conv(void *dst, int64_t stride, const double *restrict s, int64_t n,
-                                         tpu_dtype dt){TILE_STORE_SWITCH(TILE_ST)} TILE_CLONES
-    void tpu_tile_store_i64_conv(void *dst, int64_t stride, const int64_t *restrict s, int64_t n,
-                                 tpu_dtype dt){TILE_STORE_SWITCH(TILE_ST)} TILE_CLONES
-    void tpu_tile_store_f32_at(void *base, const int64_t *off, const float *restrict s, int64_t n,
-                               tpu_dtype dt){TILE_STORE_SWITCH(TILE_ST_AT)} TILE_CLONES
-    void tpu_tile_store_f64_at(void *base, const int64_t *off, const double *restrict s, int64_t n, tpu_dtype dt) {
-    TILE_STORE_SWITCH(TILE_ST_AT)
+TILE_CLONES void tpu_tile_store_f64_conv(void *dst, int64_t stride, const double *restrict s, int64_t n, tpu_dtype dt) {
+    TILE_STORE_SWITCH(TILE_ST);
+}
+TILE_CLONES void tpu_tile_store_i64_conv(void *dst, int64_t stride, const int64_t *restrict s, int64_t n,
+                                         tpu_dtype dt) {
+    TILE_STORE_SWITCH(TILE_ST);
+}
+TILE_CLONES void tpu_tile_store_f32_at(void *base, const int64_t *off, const float *restrict s, int64_t n,
+                                       tpu_dtype dt) {
+    TILE_STORE_SWITCH(TILE_ST_AT);
+}
+TILE_CLONES void tpu_tile_store_f64_at(void *base, const int64_t *off, const double *restrict s, int64_t n,
+                                       tpu_dtype dt) {
+    TILE_STORE_SWITCH(TILE_ST_AT);
 }
