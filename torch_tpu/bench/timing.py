@@ -49,14 +49,23 @@ def measure(fn, sync, r: Repeats, deadline=None):
         dt = pc() - t0
         return out if isinstance(out, float) else dt
 
-    warm = [once() for _ in range(r.warmup)]
+    # A call slower than the figure's whole timed cap (PyTorch's bf16 GEMM on
+    # a CPU without AVX512-BF16 takes minutes) ends the warm-up and is itself
+    # the one sample: repeating it would only push the worker past its timeout.
+    warm = []
+    for _ in range(r.warmup):
+        warm.append(once())
+        if warm[-1] > r.cap_s:
+            break
     t_est = warm[-1] if warm else once()
-    n = choose_reps(t_est, r)
     times = []
     truncated = False
-    for _ in range(n):
+    if warm and warm[-1] > r.cap_s:
+        times, warm = [warm[-1]], warm[:-1]
+        truncated = "one call: slower than the figure's time cap"
+    for _ in range(choose_reps(t_est, r) if not times else 0):
         if times and deadline is not None and pc() > deadline:
-            truncated = True
+            truncated = "stopped early: worker time budget"
             break
         times.append(once())
     med = statistics.median(times)
@@ -73,7 +82,7 @@ def measure(fn, sync, r: Repeats, deadline=None):
         "warmup_overhead_s": (sum(warm) - len(warm) * med) if warm else 0.0,
     }
     if truncated:
-        res["truncated"] = "stopped early: worker time budget"
+        res["truncated"] = truncated
     return res
 
 
