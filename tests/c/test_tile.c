@@ -14,16 +14,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-static uint32_t f2u(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-static float u2f(uint32_t u) {
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
+/* float <-> bits: vmath-impl.h's, through tile-impl.h */
+#define f2u(f) ((uint32_t)ew_f2b(f))
+#define u2f(u) ew_b2f((int32_t)(u))
 
 /* ---- scalar conversions ---- */
 
