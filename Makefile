@@ -2,7 +2,7 @@
 PY      := .venv/bin/python
 PIP     := .venv/bin/pip
 # runtime/src floors, bottom first: each uses only those before it (`make lint` checks).
-RT_FLOORS := runtime/src/base runtime/src/ref runtime/src/kernels runtime/src/vtpu
+RT_FLOORS := runtime/src/base runtime/src/ref runtime/src/kernels runtime/src/graph runtime/src/vtpu
 CC      ?= gcc
 CCACHE  := $(shell command -v ccache 2>/dev/null)
 # ccache (when installed) shares hits between checkouts in different folders.
@@ -73,10 +73,14 @@ ctest: $(addprefix build/ctest/,$(C_TESTS))
 ctest-tsan: build/ctest-tsan/test_runtime
 	@TSAN_OPTIONS=halt_on_error=1 tests/c/run_all.sh build/ctest-tsan/test_runtime
 
-# The view/storage fuzzer's long run (a few hundred cases run inside `make test`).
+# The long runs of the fuzzers (a few hundred cases of each run inside `make test`):
+# the view/storage fuzzer, and Fused Eager's random programs against Debug and
+# Strict Eager (FUSED_FUZZ_PROGRAMS per eager mode of the fixture: 3 x 3,400).
 FUZZ_CASES ?= 200000
-fuzz: build/ctest/test_bounds
+FUSED_FUZZ_PROGRAMS ?= 3400
+fuzz: build/ctest/test_bounds build
 	TPU_FUZZ_CASES=$(FUZZ_CASES) build/ctest/test_bounds
+	TPU_FUSED_FUZZ_PROGRAMS=$(FUSED_FUZZ_PROGRAMS) $(PY) -m pytest -q tests/python/test_fused_fuzz.py
 
 # Floors of runtime/src (base -> ref -> kernels -> vtpu): no include and no
 # linked call reaches up a floor (tools/lint_floors.py; needs the objects).

@@ -471,8 +471,7 @@ void py_set_rng_state(int64_t d, const at::Tensor& s) {
   std::lock_guard<std::mutex> lock(g.mutex());
   g.set_state(s);
 }
-// The eager mode is the runtime's (tpu_eager_mode): its names, the refusal of
-// Fused Eager and the messages all come from there.
+// The eager mode is the runtime's (tpu_eager_mode): its names and messages come from there.
 void py_set_eager_mode(const std::string& name) {
   tpu_eager_mode m;
   TORCH_CHECK_VALUE(tpu_eager_mode_from_name(name.c_str(), &m) == TPU_OK, tpu_last_error());
@@ -481,6 +480,33 @@ void py_set_eager_mode(const std::string& name) {
 }
 std::string py_get_eager_mode() { return tpu_eager_mode_name(tpu_get_eager_mode()); }
 bool py_is_pinned_ptr(int64_t p) { return tpu_host_is_pinned(reinterpret_cast<void*>(p)); }
+
+// Fused Eager (graph.h): counters, flush, materialization.
+std::vector<std::string> py_flush_causes() {
+  std::vector<std::string> v;
+  for (int c = 0; c < TPU_FLUSH_CAUSE_COUNT; c++) v.emplace_back(tpu_flush_cause_name(static_cast<tpu_flush_cause>(c)));
+  return v;
+}
+// Flushes by cause (in py_flush_causes' order), then ops recorded, ops fused,
+// groups run, kernels run, results never stored, bytes never materialized,
+// plan-cache hits and misses.
+std::vector<int64_t> py_fused_stats() {
+  tpu_fused_stats s;
+  tpu_fused_get_stats(&s);
+  std::vector<int64_t> v(s.flushes, s.flushes + TPU_FLUSH_CAUSE_COUNT);
+  for (uint64_t x : {s.ops_recorded, s.ops_fused, s.groups_run, s.kernels_run, s.results_never_stored,
+                     s.bytes_never_materialized, s.plan_cache_hits, s.plan_cache_misses})
+    v.push_back(static_cast<int64_t>(x));
+  return v;
+}
+void py_reset_fused_stats() { tpu_fused_reset_stats(); }
+void py_flush() { TPU_CHECK(tpu_flush(nullptr)); }
+bool py_is_materialized(const at::Tensor& t) {
+  TORCH_CHECK(t.device().type() == c10::DeviceType::PrivateUse1, "is_materialized: expected a tpu tensor, got ",
+              t.device());
+  const void* p = t.storage().data();
+  return p == nullptr || tpu_mem_is_materialized(p);
+}
 
 }  // namespace
 
@@ -514,4 +540,9 @@ TORCH_LIBRARY(torch_tpu, m) {
   m.def("set_fallback_enabled(bool on) -> ()", &set_fallback_enabled);
   m.def("fallback_enabled() -> bool", &fallback_enabled);
   m.def("is_pinned_ptr(int p) -> bool", &py_is_pinned_ptr);
+  m.def("flush_causes() -> str[]", &py_flush_causes);
+  m.def("fused_stats() -> int[]", &py_fused_stats);
+  m.def("reset_fused_stats() -> ()", &py_reset_fused_stats);
+  m.def("flush() -> ()", &py_flush);
+  m.def("is_materialized(Tensor t) -> bool", &py_is_materialized);
 }

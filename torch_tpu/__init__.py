@@ -10,8 +10,12 @@ Eager modes (see ``set_eager_mode``):
                (``TORCH_TPU_LAUNCH_BLOCKING=1``).
   * "strict" - the default: ops are queued on the device's streams and run
                asynchronously, like CUDA.
-  * "fused"  - Fused Eager (DeferAndFuse) is NOT implemented yet; asking for it
-               raises NotImplementedError.
+  * "fused"  - Fused Eager (DeferAndFuse, ``TORCH_TPU_DEFER_AND_FUSE=1``): ops
+               are recorded and run fused when something needs their results
+               (``.item()``, ``.cpu()``, a synchronize, ...); intermediates
+               freed before that never take device memory. ``fused_stats()``
+               says what happened; ``TORCH_TPU_FUSED_DUMP=1`` prints each
+               flushed window.
 """
 # torch loads this package from its own import (torch.backends entry point):
 # `_autoload` must exist before `import torch` below, because importing
@@ -32,25 +36,24 @@ from ._core import (  # noqa: E402
     cpu_fallback_enabled,
     eager_mode,
     fallback_counts,
+    fused_stats,
     get_eager_mode,
+    is_materialized,
     reset_fallback_counts,
+    reset_fused_stats,
     set_cpu_fallback_enabled,
     set_eager_mode,
+    synchronize,
 )
 
 __all__ = ["set_eager_mode", "get_eager_mode", "eager_mode", "fallback_counts", "reset_fallback_counts",
-           "set_cpu_fallback_enabled", "cpu_fallback_enabled"]
+           "set_cpu_fallback_enabled", "cpu_fallback_enabled", "fused_stats", "reset_fused_stats", "synchronize",
+           "is_materialized"]
 
 _autoload()
 
 import atexit as _atexit  # noqa: E402
-import os as _os  # noqa: E402
 
 from ._core import _at_exit  # noqa: E402
 
 _atexit.register(_at_exit)
-
-# Any value other than unset, "", "0" or "1" is rejected by the runtime at first use.
-if _os.environ.get("TORCH_TPU_DEFER_AND_FUSE", "0") == "1":
-    import warnings as _warnings
-    _warnings.warn("TORCH_TPU_DEFER_AND_FUSE=1: Fused Eager is not implemented yet; running Strict Eager")

@@ -6,7 +6,8 @@ import os
 import torch
 
 __all__ = ["set_eager_mode", "get_eager_mode", "eager_mode", "fallback_counts", "reset_fallback_counts",
-           "set_cpu_fallback_enabled", "cpu_fallback_enabled"]
+           "set_cpu_fallback_enabled", "cpu_fallback_enabled", "fused_stats", "reset_fused_stats", "synchronize",
+           "is_materialized"]
 
 _loaded = False
 
@@ -37,12 +38,14 @@ def _register():
 
 
 def set_eager_mode(mode: str) -> None:
-    """Select the eager mode for ops issued from now on: "debug" or "strict".
+    """Select the eager mode for ops issued from now on: "debug", "strict" or
+    "fused" (also "defer_and_fuse"); an unknown name raises ValueError.
 
-    The mode is the runtime's (tpu_eager_mode): "fused" (or "defer_and_fuse")
-    raises NotImplementedError, an unknown name ValueError."""
+    The mode is the runtime's (tpu_eager_mode). Switching flushes what Fused
+    Eager recorded; switching to "strict" also synchronizes, so errors of
+    earlier work surface here, not later."""
     if mode == "strict":
-        torch.tpu.synchronize()   # errors of earlier debug-mode work surface here, not later
+        torch.tpu.synchronize()
     torch.ops.torch_tpu.set_eager_mode(mode)
 
 
@@ -59,6 +62,51 @@ def eager_mode(mode: str):
         yield
     finally:
         set_eager_mode(prev)
+
+
+def fused_stats() -> dict:
+    """Fused Eager's counters since start or ``reset_fused_stats()``:
+    ``flushes`` (a dict: cause -> count), ``ops_recorded``, ``ops_fused`` (run
+    inside a fused group), ``fused_groups_run``, ``kernels_run`` (ops run
+    alone by their kernel), ``results_never_stored`` (results of fused ops
+    that never reached memory), ``bytes_never_materialized`` (device
+    memory freed without ever being bound), ``plan_cache_hits`` and
+    ``plan_cache_misses`` (a flush whose window has the structure of an
+    earlier one reuses its plan: no analysis)."""
+    v = torch.ops.torch_tpu.fused_stats()
+    causes = torch.ops.torch_tpu.flush_causes()
+    rest = v[len(causes):]
+    names = ["ops_recorded", "ops_fused", "fused_groups_run", "kernels_run", "results_never_stored",
+             "bytes_never_materialized", "plan_cache_hits", "plan_cache_misses"]
+    out = {"flushes": dict(zip(causes, v[:len(causes)]))}
+    out.update(zip(names, rest))
+    return out
+
+
+def reset_fused_stats() -> None:
+    torch.ops.torch_tpu.reset_fused_stats()
+
+
+def synchronize(tensors=None) -> None:
+    """Run everything recorded so far (Fused Eager's windows are flushed) and
+    wait for it. ``tensors`` (a tensor or a list of them) is accepted as in
+    TorchTPU; every window is flushed either way."""
+    if tensors is not None:
+        ts = [tensors] if isinstance(tensors, torch.Tensor) else list(tensors)
+        for t in ts:
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"synchronize(): expected tensors, got {type(t).__name__}")
+    torch.ops.torch_tpu.flush()
+    torch.tpu.synchronize()
+
+
+def is_materialized(t: torch.Tensor) -> bool:
+    """Whether a tpu tensor's value is in device memory: False while an op
+    recorded by Fused Eager that writes it has not run its flush yet, or if
+    its memory was never bound."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"is_materialized(): expected a Tensor, got {type(t).__name__}")
+    return torch.ops.torch_tpu.is_materialized(t)
 
 
 def fallback_counts() -> dict:

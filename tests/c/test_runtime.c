@@ -264,16 +264,14 @@ static void test_async_error(void) {
     CHECK_OK(tpu_launch(NULL, TPU_OP_RAND_INT, &t, 1, &p));
     CHECK_OK(tpu_memcpy(h, d, sizeof h, TPU_COPY_D2H, NULL));
     CHECK(h[3] >= 5 && h[3] < 10);
-    /* Fused Eager is not implemented yet: refused, the mode unchanged. */
-    CHECK(tpu_set_eager_mode(TPU_EAGER_FUSED) == TPU_ERROR_NOT_SUPPORTED);
-    CHECK(strstr(tpu_last_error(), "Fused Eager (DeferAndFuse) is not implemented yet") != NULL);
+    /* A mode outside the enum: refused, the mode unchanged. */
     CHECK(tpu_set_eager_mode(TPU_EAGER_MODE_COUNT) == TPU_ERROR_INVALID_VALUE);
     CHECK(tpu_get_eager_mode() == TPU_EAGER_DEBUG);
     tpu_eager_mode m;
     CHECK(tpu_eager_mode_from_name("defer_and_fuse", &m) == TPU_OK && m == TPU_EAGER_FUSED);
     CHECK(tpu_eager_mode_from_name("strict", &m) == TPU_OK && m == TPU_EAGER_STRICT);
     CHECK(tpu_eager_mode_from_name("bogus", &m) == TPU_ERROR_INVALID_VALUE);
-    CHECK(strcmp(tpu_last_error(), "unknown eager mode 'bogus'; expected one of ['debug', 'strict']") == 0);
+    CHECK(strcmp(tpu_last_error(), "unknown eager mode 'bogus'; expected one of ['debug', 'fused', 'strict']") == 0);
     CHECK(strcmp(tpu_eager_mode_name(TPU_EAGER_FUSED), "fused") == 0);
     CHECK_OK(tpu_set_eager_mode(TPU_EAGER_STRICT));
     CHECK_OK(tpu_set_eager_mode(mode0));
@@ -515,6 +513,55 @@ static void test_threads(void) {
         pthread_join(th[i], &r);
         CHECK(r == NULL);
     }
+}
+
+/* Fused Eager from four threads at once, each on its own stream: windows
+ * recorded, flushed by their own copies and by tpu_flush(NULL) from other
+ * threads, with frees held by the windows. */
+static void *fused_body(void *arg) {
+    int id = (int)(intptr_t)arg;
+    tpu_stream_t s;
+    if (tpu_stream_create(0, 0, &s)) return (void *)1;
+    tpu_stream_set_current(s);
+    int64_t n = 5000;
+    void *d;
+    if (tpu_malloc(0, n * 4, s, &d)) return (void *)1;
+    tpu_tensor t[3];
+    tpu_tensor_contiguous(&t[0], d, TPU_F32, 1, &n);
+    t[1] = tpu_tensor_scalar_f(id, TPU_F32);
+    tpu_params p = {.f = {1.0}, .compute_dtype = TPU_F32};
+    uintptr_t bad = tpu_launch(s, TPU_OP_FILL, t, 2, &p) != TPU_OK;
+    for (int i = 0; i < 40; i++) {
+        void *nd;
+        if (tpu_malloc(0, n * 4, s, &nd)) return (void *)1;
+        tpu_tensor a[3] = {t[0], t[0], tpu_tensor_scalar_f(1.0, TPU_F32)};
+        a[0].base = nd;
+        bad |= tpu_launch(s, TPU_OP_ADD, a, 3, &p) != TPU_OK;
+        bad |= tpu_free(d) != TPU_OK;
+        d = nd;
+        t[0].base = d;
+        if (i % 13 == id) bad |= tpu_flush(NULL) != TPU_OK;
+    }
+    float h[3];
+    bad |= tpu_memcpy(h, d, sizeof h, TPU_COPY_D2H, s) != TPU_OK;
+    bad |= h[0] != (float)(id + 40) || h[2] != (float)(id + 40);
+    tpu_free(d);
+    tpu_stream_set_current(tpu_stream_default(0));
+    tpu_stream_destroy(s);
+    return (void *)bad;
+}
+
+static void test_fused_threads(void) {
+    CHECK_OK(tpu_set_eager_mode(TPU_EAGER_FUSED));
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) pthread_create(&th[i], NULL, fused_body, (void *)(intptr_t)i);
+    for (int i = 0; i < 4; i++) {
+        void *r;
+        pthread_join(th[i], &r);
+        CHECK(r == NULL);
+    }
+    CHECK_OK(tpu_set_eager_mode(TPU_EAGER_STRICT));
+    CHECK_OK(tpu_device_synchronize(0));
 }
 
 static void test_second_device(void) {
@@ -830,6 +877,7 @@ int main(int argc, char **argv) {
     RUN_TEST(test_events);
     RUN_TEST(test_stream_ordered_reuse);
     RUN_TEST(test_threads);
+    RUN_TEST(test_fused_threads);
     RUN_TEST(test_async_error);
     RUN_TEST(test_stream_pool);
     RUN_TEST(test_queue_bound);

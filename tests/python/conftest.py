@@ -1,7 +1,7 @@
 """Shared fixtures: every test runs in each eager mode, with a leak check.
 
-Modes: "debug" (synchronous) and "strict" (asynchronous). Fused Eager plugs
-in here once it exists (add it to EAGER_MODES).
+Modes: "debug" (synchronous), "strict" (asynchronous) and "fused" (Fused
+Eager: recorded, fused and run at flush points).
 """
 import gc
 
@@ -10,7 +10,7 @@ import torch
 import torch_tpu
 from torch._prims_common import is_non_overlapping_and_dense_or_false as _dense
 
-EAGER_MODES = ["debug", "strict"]
+EAGER_MODES = ["debug", "strict", "fused"]
 
 # torch's own objects never die: keep them out of the collections the leak
 # check runs twice per test (0.25 s each otherwise).

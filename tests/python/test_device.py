@@ -152,10 +152,14 @@ def test_eager_mode_api():
     with torch_tpu.eager_mode("debug"):
         assert torch_tpu.get_eager_mode() == "debug"
     assert torch_tpu.get_eager_mode() == mode
-    with pytest.raises(NotImplementedError, match="Fused Eager"):
-        torch_tpu.set_eager_mode("fused")
-    with pytest.raises(ValueError):
+    with torch_tpu.eager_mode("fused"):
+        assert torch_tpu.get_eager_mode() == "fused"
+    with torch_tpu.eager_mode("defer_and_fuse"):
+        assert torch_tpu.get_eager_mode() == "fused"
+    assert torch_tpu.get_eager_mode() == mode
+    with pytest.raises(ValueError, match=r"unknown eager mode 'bogus'; expected one of \['debug', 'fused', 'strict'\]"):
         torch_tpu.set_eager_mode("bogus")
+    assert torch_tpu.get_eager_mode() == mode
 
 
 def test_pin_memory_and_non_blocking():

@@ -61,7 +61,7 @@ def parse_args(argv):
                         "never touches README.md")
     p.add_argument("--configs", default=None,
                    help=f"comma list or 'all' (default: all; --quick: {','.join(QUICK_CONFIGS)})")
-    p.add_argument("--workloads", default="all", help="comma list of names or numbers 1-7, or 'all'")
+    p.add_argument("--workloads", default="all", help="comma list of names or numbers 1-8, or 'all'")
     p.add_argument("--threads", type=int, default=None,
                    help="torch.set_num_threads for every configuration (default 2; --quick: 1)")
     p.add_argument("--timeout", type=float, default=None,

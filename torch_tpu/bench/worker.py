@@ -31,11 +31,16 @@ def _err(e):
 
 
 def fused_available(torch):
-    tpu = getattr(torch, "tpu", None)
-    if tpu is None:
+    """Fused Eager is on when torch_tpu reports it (TORCH_TPU_DEFER_AND_FUSE=1 selects it)."""
+    if getattr(torch, "tpu", None) is None:
         return False, "torch.tpu is missing"
-    if not hasattr(tpu, "defer_and_fuse"):
-        return False, "torch.tpu.defer_and_fuse is missing"
+    try:
+        import torch_tpu
+    except ImportError as e:
+        return False, _err(e)
+    mode = getattr(torch_tpu, "get_eager_mode", lambda: "?")()
+    if mode != "fused":
+        return False, f"torch_tpu runs in eager mode {mode!r}, not 'fused'"
     return True, ""
 
 

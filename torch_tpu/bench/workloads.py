@@ -1,4 +1,4 @@
-"""The seven workloads and their figures.
+"""The workloads and their figures.
 
 Module level is torch-free (the orchestrator imports it to know the figure
 names); builders import torch and run inside the worker.
@@ -52,6 +52,7 @@ SIZES = {
         gpt_train=dict(batch=8, seq=256),
         gpt_infer=dict(batch=1, prompt=256, new_tokens=32),
         cnn=dict(batch=16, res=224, width=32),
+        demo=(5000, 50),
     ),
     True: dict(
         gemm_square=[64, 128],
@@ -62,6 +63,7 @@ SIZES = {
         gpt_train=dict(batch=2, seq=16),
         gpt_infer=dict(batch=1, prompt=8, new_tokens=4),
         cnn=dict(batch=2, res=32, width=8),
+        demo=(64, 5),
     ),
 }
 
@@ -246,6 +248,33 @@ def elementwise_figures(quick):
                "layer_norm(dropout(gelu(x + bias)) + residual), fp32"),
         Figure(f"fwd+bwd {B}x{T}x{H}", _ew_builder(True), r, "same, plus backward"),
     ]
+
+
+# --------------------------------------------------------------------------
+# 8. TorchTPU's eager-mode demo: x + 1, x * 2, x - 1 in a loop, then a sync
+
+def _demo_build(ctx, state, size):
+    import torch
+
+    n, iters = size["demo"]
+    x0 = _to(ctx, torch.randn(n, n).to(torch.bfloat16))
+    sync = ctx.sync
+
+    def fn():
+        x = x0
+        for _ in range(iters):
+            x = x + 1
+            x = x * 2
+            x = x - 1
+        sync()
+    # ideal traffic: read x once, write the result once
+    return Bench(fn, {"bytes": 2 * n * n * 2}, "bytes", "dram", info={"ops": 3 * iters})
+
+
+def demo_figures(quick):
+    n, iters = SIZES[quick]["demo"]
+    return [Figure(f"{n}x{n} bf16, {iters} x (+1, *2, -1)", _demo_build, REPEATS[quick]["micro"],
+                   "TorchTPU's eager-mode demo: 150 elementwise ops on one tensor, then a sync")]
 
 
 # --------------------------------------------------------------------------
@@ -446,6 +475,7 @@ WORKLOADS = {
         Workload("gpt2-train", 5, "Transformer training", True, gpt_train_figures),
         Workload("gpt2-infer", 6, "Transformer inference", True, gpt_infer_figures),
         Workload("cnn", 7, "CNN inference", True, cnn_figures),
+        Workload("eager-demo", 8, "TorchTPU eager demo", False, demo_figures),
     ]
 }
 ALL_WORKLOADS = list(WORKLOADS)
@@ -461,7 +491,7 @@ def resolve_workloads(spec):
         item = item.strip()
         key = by_num.get(item, item)
         if key not in WORKLOADS:
-            raise ValueError(f"unknown workload {item!r}; choose from {', '.join(ALL_WORKLOADS)} or 1-7")
+            raise ValueError(f"unknown workload {item!r}; choose from {', '.join(ALL_WORKLOADS)} or 1-{len(WORKLOADS)}")
         if key not in out:
             out.append(key)
     return out

@@ -187,12 +187,12 @@ int64_t tpu_tensor_numel(const tpu_tensor *t);
  *   TPU_EAGER_DEBUG   every launch and copy waits for its work, errors raise
  *                     at the op (TORCH_TPU_LAUNCH_BLOCKING=1 at start-up)
  *   TPU_EAGER_STRICT  op by op, queued on the stream, asynchronous (default)
- *   TPU_EAGER_FUSED   DeferAndFuse: record, fuse at flush points (not
- *                     implemented yet) */
+ *   TPU_EAGER_FUSED   DeferAndFuse: launches are recorded and run fused at
+ *                     flush points (graph.h) */
 typedef enum tpu_eager_mode { TPU_EAGER_DEBUG, TPU_EAGER_STRICT, TPU_EAGER_FUSED, TPU_EAGER_MODE_COUNT } tpu_eager_mode;
 tpu_eager_mode tpu_get_eager_mode(void);
-/* TPU_ERROR_NOT_SUPPORTED for TPU_EAGER_FUSED (not implemented yet),
- * TPU_ERROR_INVALID_VALUE for a value outside the enum; the mode is unchanged then. */
+/* TPU_ERROR_INVALID_VALUE for a value outside the enum (the mode is unchanged
+ * then). Switching modes flushes every window first. */
 tpu_status tpu_set_eager_mode(tpu_eager_mode m);
 /* "debug", "strict", "fused" ("?" outside the enum); static strings. */
 const char *tpu_eager_mode_name(tpu_eager_mode m);

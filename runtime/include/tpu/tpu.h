@@ -7,4 +7,5 @@
 #include "stream.h"
 #include "ops.h"
 #include "rng.h"
+#include "graph.h"
 #endif

@@ -56,15 +56,7 @@
 typedef enum ew_dom { EW_DOM_F, EW_DOM_D, EW_DOM_I } ew_dom;
 enum { EW_POW_GENERIC, EW_POW_RECIP, EW_POW_SQ, EW_POW_CUBE, EW_POW_RSQ };
 
-/* Op parameters, pre-converted for each domain. */
-typedef struct ew_par {
-    float ff[6];
-    double fd[6];
-    int64_t fi[6]; /* f[] as int64 (saturating) */
-    int64_t pi[6]; /* i[] */
-    int pow_mode;  /* POW with a host-scalar exponent */
-    bool cbool;    /* compute dtype bool */
-} ew_par;
+typedef tpu_ew_par ew_par; /* op parameters, pre-converted for each domain (kernels-impl.h) */
 
 typedef struct ew_ctx {
     tpu_op op;
@@ -573,8 +565,7 @@ static int64_t ew_coalesce(ew_ctx *c, const tpu_kargs *a) {
     return numel;
 }
 
-static void ew_setup_params(ew_ctx *c, const tpu_kargs *a) {
-    ew_par *p = &c->par;
+static void ew_setup_params(ew_par *p, ew_dom dom, int nin, const tpu_kargs *a) {
     for (int k = 0; k < 6; k++) {
         p->ff[k] = (float)a->p.f[k];
         p->fd[k] = a->p.f[k];
@@ -583,7 +574,7 @@ static void ew_setup_params(ew_ctx *c, const tpu_kargs *a) {
     }
     p->cbool = a->p.compute_dtype == TPU_BOOL;
     p->pow_mode = EW_POW_GENERIC;
-    if (c->op == TPU_OP_POW && c->nin == 2 && a->t[2].is_scalar && c->dom != EW_DOM_I) {
+    if (a->op == TPU_OP_POW && nin == 2 && a->t[2].is_scalar && dom != EW_DOM_I) {
         double e = a->t[2].f;
         p->pow_mode = e == -1   ? EW_POW_RECIP
                       : e == 2  ? EW_POW_SQ
@@ -669,7 +660,7 @@ static tpu_status ew_setup(ew_ctx *c, tpu_kargs *a) {
     if (st != TPU_OK) return st;
     c->numel = ew_coalesce(c, a);
     if (c->numel == 0) return TPU_OK;
-    ew_setup_params(c, a);
+    ew_setup_params(&c->par, c->dom, c->nin, a);
     ew_setup_direct(c, a);
     c->chunk_max = EW_TILE;
     if (c->op == TPU_OP_FILL) {
@@ -695,4 +686,29 @@ tpu_status tpu_k_elementwise(tpu_kargs *a) {
     case TPU_EXPR_ERR_ZERODIV: return tpu_kernel_fail(a, "ZeroDivisionError");
     default: return TPU_OK;
     }
+}
+
+/* ---- one op over one tile, for the graph floor's block interpreter ---- */
+
+bool tpu_ew_prepare_f(const tpu_kargs *a, tpu_ew_par *p) {
+    tpu_op op = a->op;
+    int nin = a->n - 1;
+    if (tpu_op_family_of(op) != TPU_FAM_EW || op == TPU_OP_FILL || op == TPU_OP_ARANGE || nin < 1 || nin > 3)
+        return false;
+    if (op == TPU_OP_COPY) { /* the float32 domain exactly when ew_setup_domain picks it */
+        tpu_dtype s = (tpu_dtype)a->t[1].dtype;
+        if (a->t[1].is_scalar || !tpu_dtype_is_float(s) || s == TPU_F64) return false;
+    } else {
+        tpu_dtype cdt = (tpu_dtype)a->p.compute_dtype;
+        if (cdt != TPU_F32 && cdt != TPU_F16 && cdt != TPU_BF16) return false;
+        if (!(tpu_op_infos[op].dtypes & DT_FLOAT)) return false;
+    }
+    memset(p, 0, sizeof *p);
+    ew_setup_params(p, EW_DOM_F, nin, a);
+    return true;
+}
+
+void tpu_ew_tile_f(tpu_op op, float *restrict o, const float *restrict x, const float *restrict y,
+                   const float *restrict z, const tpu_ew_par *p) {
+    ew_tile_f(op, o, x, y, z, p);
 }

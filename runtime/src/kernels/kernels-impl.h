@@ -26,6 +26,24 @@
 #define TPU_K_DECL_(e, fast, ref) tpu_status tpu_k_##fast(tpu_kargs *a);
 TPU_FAMILIES(TPU_K_DECL_)
 #undef TPU_K_DECL_
+/* One elementwise op of ops.def over TPU_TILE float32 lanes (elementwise.c),
+ * for the graph floor's block interpreter: the fast kernel's own tile
+ * function, so a fused group computes bit for bit what the op's launch
+ * computes. tpu_ew_prepare_f says whether launch `a` computes in the float32
+ * domain (compute dtype float32 / float16 / bfloat16; a COPY from such a
+ * tensor) and pre-converts its parameters into *p; tpu_ew_tile_f then runs
+ * the op on dense tiles (y, z: any tile for ops with fewer inputs). */
+typedef struct tpu_ew_par {
+    float ff[6];
+    double fd[6];
+    int64_t fi[6]; /* f[] as int64 (saturating) */
+    int64_t pi[6]; /* i[] */
+    int pow_mode;  /* POW with a host-scalar exponent */
+    bool cbool;    /* compute dtype bool */
+} tpu_ew_par;
+bool tpu_ew_prepare_f(const tpu_kargs *a, tpu_ew_par *p);
+void tpu_ew_tile_f(tpu_op op, float *restrict o, const float *restrict x, const float *restrict y,
+                   const float *restrict z, const tpu_ew_par *p);
 /* Run the fast kernel of a.op (registry.c: dispatch by family). */
 tpu_status tpu_kernel_run(tpu_kargs *a);
 /* The unit gemm.c runs for fp32 (bf16 = false) or bf16 operands on this host:

@@ -17,6 +17,17 @@
  * work has completed is returned to the arena (pages released with
  * MADV_DONTNEED) and the request retried once; then TPU_ERROR_OUT_OF_MEMORY,
  * never an abort. "reserved" = bytes taken from the arena (live + cached).
+ *
+ * Fused Eager binds memory lazily. A block allocated while the eager mode
+ * is Fused is "deferred": it has its address range (so views, checks and
+ * recorded launches work unchanged) but is not counted as allocated, and
+ * nothing touches its pages, until something writes it - a flushed window
+ * that stores to it, a launch in another mode, a copy - which calls
+ * tpu_alloc_materialize. A block freed while its stream's window is open
+ * stays live until that window's flush (tpu_window_defer_free), then is
+ * released (tpu_alloc_release); one never bound was a dead intermediate.
+ * The cache flush before an allocation fails flushes the chip's windows
+ * first (their held frees come back).
  */
 #define _GNU_SOURCE
 #include "vtpu/vtpu-impl.h"
@@ -33,13 +44,15 @@ typedef struct block {
     size_t size;   /* rounded size (bin) */
     size_t requested;
     bool live;
+    bool deferred;       /* Fused Eager: not bound yet (not counted as allocated) */
     tpu_stream_t stream; /* allocation stream */
     int nuses;           /* extra streams + the seq each must reach before reuse */
     tpu_stream_t use_stream[MAX_USES];
     uint64_t use_seq[MAX_USES];
-    uint64_t free_seq;   /* seq of `stream` at free time */
-    struct block *hnext; /* address hash chain */
-    struct block *fnext; /* free list chain */
+    uint64_t free_seq;           /* seq of `stream` at free time */
+    struct block *hnext;         /* address hash chain */
+    struct block *fnext;         /* free list chain */
+    struct block *dnext, *dprev; /* list of deferred blocks */
 } block;
 
 typedef struct range {
@@ -52,12 +65,14 @@ struct tpu_alloc {
     pthread_mutex_t mu;
     block *by_addr[NBUCKETS];
     block *free_bins[NBUCKETS]; /* hash of bin size -> chain of cached blocks */
+    block *deferred;            /* live deferred blocks (Fused Eager), doubly linked */
     range *ranges;              /* free arena ranges, sorted by offset */
     size_t nranges, cap_ranges;
     tpu_mem_stats st;
 };
 
 static tpu_alloc_hook_fn alloc_hook;
+static _Atomic long deferred_live; /* live deferred blocks, all chips */
 static void *alloc_hook_user;
 
 void tpu_mem_set_alloc_hook(tpu_alloc_hook_fn fn, void *user) {
@@ -201,6 +216,32 @@ static void fmt_bytes(char *buf, size_t n, size_t bytes) {
         snprintf(buf, n, "%zu bytes", bytes);
 }
 
+/* The deferred list (caller holds a->mu). */
+static void defer_link(struct tpu_alloc *a, block *b) {
+    b->dprev = NULL;
+    b->dnext = a->deferred;
+    if (a->deferred) a->deferred->dprev = b;
+    a->deferred = b;
+    atomic_fetch_add_explicit(&deferred_live, 1, memory_order_relaxed);
+}
+
+static void defer_unlink(struct tpu_alloc *a, block *b) {
+    if (b->dprev)
+        b->dprev->dnext = b->dnext;
+    else
+        a->deferred = b->dnext;
+    if (b->dnext) b->dnext->dprev = b->dprev;
+    b->deferred = false;
+    atomic_fetch_sub_explicit(&deferred_live, 1, memory_order_relaxed);
+}
+
+/* Count a deferred block as allocated (caller holds a->mu). */
+static void bind_locked(struct tpu_alloc *a, block *b) {
+    defer_unlink(a, b);
+    a->st.allocated += b->size;
+    if (a->st.allocated > a->st.peak_allocated) a->st.peak_allocated = a->st.allocated;
+}
+
 tpu_status tpu_malloc(int dev, size_t bytes, tpu_stream_t stream, void **out) {
     tpu_chip *c;
     tpu_status s = tpu_chip_get(dev, &c);
@@ -218,8 +259,10 @@ tpu_status tpu_malloc(int dev, size_t bytes, tpu_stream_t stream, void **out) {
         uintptr_t off = 0;
         bool got = arena_take(a, size, &off);
         if (!got) {
-            /* One cache flush, as on hardware: pending blocks need the device idle. */
+            /* One cache flush, as on hardware: pending blocks need the device idle.
+             * Fused Eager's windows go first: their held frees come back. */
             pthread_mutex_unlock(&a->mu);
+            tpu_windows_flush_dev(dev, TPU_FLUSH_MEMORY);
             tpu_device_synchronize_all(dev);
             pthread_mutex_lock(&a->mu);
             a->st.num_cache_flushes++;
@@ -248,7 +291,11 @@ tpu_status tpu_malloc(int dev, size_t bytes, tpu_stream_t stream, void **out) {
     b->requested = bytes;
     b->stream = stream;
     b->nuses = 0;
-    a->st.allocated += size;
+    b->deferred = tpu_get_eager_mode() == TPU_EAGER_FUSED;
+    if (b->deferred)
+        defer_link(a, b);
+    else
+        a->st.allocated += size;
     a->st.num_allocs++;
     if (a->st.allocated > a->st.peak_allocated) a->st.peak_allocated = a->st.allocated;
     pthread_mutex_unlock(&a->mu);
@@ -291,16 +338,27 @@ static tpu_status lookup(const void *devptr, tpu_chip **c, struct tpu_alloc **a,
     return TPU_OK;
 }
 
-tpu_status tpu_free(void *devptr) {
-    if (!devptr) return TPU_OK;
-    if (tpu_is_forked_child()) return TPU_OK; /* parent's memory: nothing to do */
+/* The block at devptr (NULL if none) with its allocator locked (*a; NULL
+ * and nothing locked if devptr is not a device address: *st says why). */
+static block *lock_block(const void *devptr, struct tpu_alloc **a, tpu_status *st) {
     tpu_chip *c = NULL;
-    struct tpu_alloc *a = NULL;
     uintptr_t off = 0;
-    tpu_status s = lookup(devptr, &c, &a, &off);
-    if (s) return s;
-    pthread_mutex_lock(&a->mu);
-    block *b = find_block(a, off);
+    *a = NULL;
+    *st = lookup(devptr, &c, a, &off);
+    if (*st) {
+        *a = NULL;
+        return NULL;
+    }
+    pthread_mutex_lock(&(*a)->mu);
+    return find_block(*a, off);
+}
+
+/* Free block at devptr now; *never: its size if it was never bound. */
+static tpu_status free_now(void *devptr, size_t *never) {
+    struct tpu_alloc *a;
+    tpu_status s;
+    block *b = lock_block(devptr, &a, &s);
+    if (!a) return s;
     if (!b || !b->live) {
         pthread_mutex_unlock(&a->mu);
         return tpu_set_error(TPU_ERROR_INVALID_VALUE, "tpu_free: %p is not a live allocation", devptr);
@@ -308,13 +366,75 @@ tpu_status tpu_free(void *devptr) {
     b->live = false;
     b->free_seq = tpu_stream_enqueued(b->stream);
     for (int k = 0; k < b->nuses; k++) b->use_seq[k] = tpu_stream_enqueued(b->use_stream[k]);
-    a->st.allocated -= b->size;
+    if (b->deferred) {
+        defer_unlink(a, b);
+        if (never) *never = b->size;
+    } else {
+        a->st.allocated -= b->size;
+    }
     a->st.num_frees++;
     unsigned h = hash_size(b->size);
     b->fnext = a->free_bins[h];
     a->free_bins[h] = b;
     pthread_mutex_unlock(&a->mu);
     return TPU_OK;
+}
+
+tpu_status tpu_free(void *devptr) {
+    if (!devptr) return TPU_OK;
+    if (tpu_is_forked_child()) return TPU_OK; /* parent's memory: nothing to do */
+    struct tpu_alloc *a;
+    tpu_status s;
+    block *b = lock_block(devptr, &a, &s);
+    if (!a) return s;
+    tpu_stream_t stream = b && b->live ? b->stream : NULL;
+    int nuses = b && b->live ? b->nuses : 0;
+    tpu_stream_t uses[MAX_USES];
+    for (int k = 0; k < nuses; k++) uses[k] = b->use_stream[k];
+    pthread_mutex_unlock(&a->mu);
+    /* Streams it was recorded on: their recorded work must be queued before the free counts it. */
+    for (int k = 0; k < nuses; k++) tpu_window_flush(uses[k], TPU_FLUSH_STREAM_WAIT);
+    /* Its stream's window is open: the window may still read or write it. */
+    if (stream && tpu_window_defer_free(stream, devptr)) return TPU_OK;
+    return free_now(devptr, NULL);
+}
+
+size_t tpu_alloc_release(void *devptr) {
+    size_t never = 0;
+    free_now(devptr, &never);
+    return never;
+}
+
+bool tpu_alloc_any_deferred(void) { return atomic_load_explicit(&deferred_live, memory_order_relaxed) > 0; }
+
+void tpu_alloc_materialize(const void *devptr) {
+    struct tpu_alloc *a;
+    tpu_status s;
+    if (!tpu_alloc_any_deferred() || tpu_mem_device_of(devptr) < 0) return;
+    block *b = lock_block(devptr, &a, &s);
+    if (!a) return;
+    if (b && b->live && b->deferred) bind_locked(a, b);
+    pthread_mutex_unlock(&a->mu);
+}
+
+void tpu_alloc_bind_all(int dev) {
+    tpu_chip *c;
+    if (!tpu_alloc_any_deferred() || tpu_chip_get(dev, &c)) return;
+    struct tpu_alloc *a = c->alloc;
+    pthread_mutex_lock(&a->mu);
+    while (a->deferred) bind_locked(a, a->deferred);
+    pthread_mutex_unlock(&a->mu);
+}
+
+bool tpu_alloc_is_bound(const void *devptr) {
+    struct tpu_alloc *a;
+    tpu_status s;
+    if (tpu_mem_device_of(devptr) < 0) return false;
+    block *b = lock_block(devptr, &a, &s);
+    if (!a) return false;
+    bool bound = b && b->live && !b->deferred;
+    pthread_mutex_unlock(&a->mu);
+    return bound;
 }
 
 /* The storage [devptr, devptr + nbytes) must be a live block of at least
@@ -373,6 +493,9 @@ tpu_status tpu_mem_get_stats(int dev, tpu_mem_stats *out) {
     tpu_chip *c;
     tpu_status s = tpu_chip_get(dev, &c);
     if (s) return s;
+    /* Fused Eager: the figures count what is alive now, recorded work included. */
+    if ((s = tpu_windows_flush_dev(dev, TPU_FLUSH_MEMORY_STATS))) return s;
+    tpu_alloc_bind_all(dev);
     pthread_mutex_lock(&c->alloc->mu);
     *out = c->alloc->st;
     pthread_mutex_unlock(&c->alloc->mu);

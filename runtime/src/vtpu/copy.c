@@ -124,8 +124,10 @@ static tpu_status do_copy(tpu_tensor dst, tpu_tensor src, tpu_copy_kind kind, tp
     const void *hs = NULL;
     size_t bytes = 0;
     int dev = -1;
+    void *dst_dev = dst.base;
     s = resolve(&dst, &src, kind, &hd, &hs, &bytes, &dev);
     if (s) return s;
+    if (kind != TPU_COPY_D2H && tpu_alloc_any_deferred()) tpu_alloc_materialize(dst_dev); /* Fused Eager: bind */
     if (bytes == 0) return TPU_OK;
     const void *host_side = kind == TPU_COPY_H2D ? hs : kind == TPU_COPY_D2H ? (const void *)hd : NULL;
     if (!stream) stream = tpu_stream_current(dev);

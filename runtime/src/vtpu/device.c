@@ -248,6 +248,11 @@ void *tpu_dev_to_host(const void *devptr) {
     return c->arena + off;
 }
 
+void *tpu_host_to_dev(int dev, const void *host) {
+    if (dev < 0 || dev >= TPU_MAX_DEVICES || !chips[dev].arena) return NULL;
+    return (void *)(((uintptr_t)(dev + 1) << TPU_DEVADDR_SHIFT) + (uintptr_t)((const char *)host - chips[dev].arena));
+}
+
 int tpu_mem_device_of(const void *devptr) {
     uintptr_t a = (uintptr_t)devptr;
     uintptr_t d = a >> TPU_DEVADDR_SHIFT;

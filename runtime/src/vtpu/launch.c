@@ -4,7 +4,8 @@
  * Everything checkable without reading device memory is checked here and
  * returned synchronously: the op, its arity, and every operand through the
  * shared view check (view.c): rank, dtype, the view inside its storage, the
- * storage a live allocation. */
+ * storage a live allocation. In Fused Eager the launch is then recorded
+ * into the stream's window (window.c) instead of queued. */
 #include "vtpu/vtpu-impl.h"
 #include <stdlib.h>
 #include <string.h>
@@ -16,12 +17,15 @@ static const char *const mode_names[TPU_EAGER_MODE_COUNT] = {"debug", "strict", 
 _Static_assert(TPU_EAGER_MODE_COUNT == 3, "eager mode names");
 
 /* TORCH_TPU_LAUNCH_BLOCKING (any value but unset, "" or "0"; tpu_init()
- * rejects anything but 0 or 1) starts in Debug Eager. TORCH_TPU_DEFER_AND_FUSE=1
- * asks for Fused Eager, not implemented yet: the Python package warns and
- * the runtime stays in Strict Eager. */
+ * rejects anything but 0 or 1) starts in Debug Eager; else
+ * TORCH_TPU_DEFER_AND_FUSE=1 starts in Fused Eager. */
 static void mode_init(void) {
     const char *v = getenv("TORCH_TPU_LAUNCH_BLOCKING");
-    if (v && *v && strcmp(v, "0") != 0) atomic_store_explicit(&eager_mode, TPU_EAGER_DEBUG, memory_order_relaxed);
+    const char *f = getenv("TORCH_TPU_DEFER_AND_FUSE");
+    if (v && *v && strcmp(v, "0") != 0)
+        atomic_store_explicit(&eager_mode, TPU_EAGER_DEBUG, memory_order_relaxed);
+    else if (f && strcmp(f, "1") == 0)
+        atomic_store_explicit(&eager_mode, TPU_EAGER_FUSED, memory_order_relaxed);
 }
 
 tpu_eager_mode tpu_get_eager_mode(void) {
@@ -32,9 +36,12 @@ tpu_eager_mode tpu_get_eager_mode(void) {
 tpu_status tpu_set_eager_mode(tpu_eager_mode m) {
     if ((unsigned)m >= TPU_EAGER_MODE_COUNT)
         return tpu_set_error(TPU_ERROR_INVALID_VALUE, "unknown eager mode %d", (int)m);
-    if (m == TPU_EAGER_FUSED)
-        return tpu_set_error(TPU_ERROR_NOT_SUPPORTED, "Fused Eager (DeferAndFuse) is not implemented yet in torch_tpu");
     pthread_once(&mode_once, mode_init);
+    /* Switching flushes: what was recorded runs as recorded, before the new mode's work. */
+    if (m != (tpu_eager_mode)atomic_load_explicit(&eager_mode, memory_order_relaxed) && tpu_is_initialized()) {
+        tpu_status s = tpu_windows_flush_dev(-1, TPU_FLUSH_MODE_SWITCH);
+        if (s) return s;
+    }
     atomic_store_explicit(&eager_mode, (int)m, memory_order_relaxed);
     return TPU_OK;
 }
@@ -51,9 +58,8 @@ tpu_status tpu_eager_mode_from_name(const char *name, tpu_eager_mode *out) {
         *out = TPU_EAGER_FUSED;
         return TPU_OK;
     }
-    /* The modes one can select today (Python's sorted list), as PyTorch-style users read it. */
-    return tpu_set_error(TPU_ERROR_INVALID_VALUE, "unknown eager mode '%.64s'; expected one of ['%s', '%s']", name,
-                         mode_names[TPU_EAGER_DEBUG], mode_names[TPU_EAGER_STRICT]);
+    return tpu_set_error(TPU_ERROR_INVALID_VALUE, "unknown eager mode '%.64s'; expected one of ['%s', '%s', '%s']",
+                         name, mode_names[TPU_EAGER_DEBUG], mode_names[TPU_EAGER_FUSED], mode_names[TPU_EAGER_STRICT]);
 }
 
 tpu_status tpu_launch(tpu_stream_t stream, tpu_op op, const tpu_tensor *operands, int n, const tpu_params *params) {
@@ -100,7 +106,17 @@ tpu_status tpu_launch(tpu_stream_t stream, tpu_op op, const tpu_tensor *operands
             "Expected all tensors to be on the same device, but found at least two devices, tpu:%d and tpu:%d!", dev,
             tpu_stream_device(stream));
     }
-    if (tpu_get_eager_mode() == TPU_EAGER_DEBUG) {
+    tpu_eager_mode mode = tpu_get_eager_mode();
+    if (mode == TPU_EAGER_FUSED) {
+        s = tpu_window_record(stream, a);
+        free(c);
+        return s;
+    }
+    /* Outputs allocated in Fused Eager and never written yet are bound now. */
+    if (tpu_alloc_any_deferred())
+        for (int k = 0; k < info->nout && k < n; k++)
+            if (!operands[k].is_scalar) tpu_alloc_materialize(operands[k].base);
+    if (mode == TPU_EAGER_DEBUG) {
         /* Debug Eager: run on this thread when the stream is idle (no wake-up round trip). */
         tpu_status ks;
         if (tpu_stream_try_inline(stream, c, &ks)) return ks;

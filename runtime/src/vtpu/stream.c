@@ -57,6 +57,7 @@ struct tpu_stream {
     pthread_t thread;
     tpu_status err; /* sticky asynchronous error */
     char errmsg[512];
+    tpu_window win; /* Fused Eager's recording window (window.c) */
 };
 
 struct tpu_event {
@@ -154,6 +155,12 @@ static void run_cmd(tpu_stream_t s, tpu_cmd *c) {
     }
     case TPU_CMD_WAIT: wait_complete(c->u.wait.stream, c->u.wait.seq); break;
     case TPU_CMD_CALLBACK: c->u.cb.fn(c->u.cb.user); break;
+    case TPU_CMD_GRAPH: {
+        char full[512];
+        if (tpu_gprog_run(c->u.graph, full, sizeof full)) set_sticky(s, TPU_ERROR_KERNEL, full);
+        tpu_gprog_free(c->u.graph);
+        break;
+    }
     }
 }
 
@@ -218,6 +225,7 @@ static void queue_init(tpu_stream_t s, int dev, int64_t id, int priority) {
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&s->cv_done, &ca);
     pthread_condattr_destroy(&ca);
+    tpu_window_init(&s->win);
 }
 
 tpu_stream_t tpu_stream_pool_init(int dev) {
@@ -342,13 +350,15 @@ static tpu_status sleep_until_locked(tpu_stream_t s, uint64_t target, enum wait_
 /* While the worker sleeps (or has been signalled but not yet scheduled), a
  * thread waiting for `seq` runs the queued commands itself: waking a thread
  * costs far more than a small kernel. Order is kept by run_popped. Host
- * callbacks and cross-stream waits, which may block for as long as they
- * like, are left to the worker so the waiter stays interruptible. */
+ * callbacks, cross-stream waits and flushed Fused Eager windows, which may
+ * run for as long as they like, are left to the worker so the waiter stays
+ * interruptible. */
 static void help_until(tpu_stream_t s, uint64_t seq) {
     for (;;) {
         pthread_mutex_lock(&s->mu);
         tpu_cmd *c = s->head;
-        if (!c || c->seq > seq || !s->worker_sleeping || c->kind == TPU_CMD_CALLBACK || c->kind == TPU_CMD_WAIT) {
+        if (!c || c->seq > seq || !s->worker_sleeping || c->kind == TPU_CMD_CALLBACK || c->kind == TPU_CMD_WAIT ||
+            c->kind == TPU_CMD_GRAPH) {
             if (c && c->seq <= seq && s->worker_sleeping) pthread_cond_signal(&s->cv_work);
             pthread_mutex_unlock(&s->mu);
             return;
@@ -390,7 +400,35 @@ static tpu_status sync_wait(tpu_stream_t s, uint64_t seq) {
 
 static bool on_worker(tpu_stream_t s) { return s->started && pthread_equal(pthread_self(), s->thread); }
 
+tpu_window *tpu_stream_window(tpu_stream_t s) { return &s->win; }
+
+int tpu_stream_queues(int dev, tpu_stream_t *out, int max) {
+    if (dev < 0 || dev >= TPU_MAX_DEVICES || !tpu_stream_default(dev)) return 0;
+    int n = 0;
+    for (int q = 0; q < NQUEUES && n < max; q++) out[n++] = &queues[dev][q];
+    return n;
+}
+
+static tpu_flush_cause flush_cause_of(tpu_cmd_kind k) {
+    switch (k) {
+    case TPU_CMD_COPY: return TPU_FLUSH_COPY;
+    case TPU_CMD_EVENT: return TPU_FLUSH_EVENT;
+    case TPU_CMD_WAIT: return TPU_FLUSH_STREAM_WAIT;
+    case TPU_CMD_CALLBACK: return TPU_FLUSH_CALLBACK;
+    default: return TPU_FLUSH_EXPLICIT;
+    }
+}
+
 tpu_status tpu_stream_enqueue(tpu_stream_t s, tpu_cmd *c, uint64_t *seq) {
+    tpu_status st = tpu_window_flush(s, flush_cause_of(c->kind));
+    if (st) {
+        free(c);
+        return st;
+    }
+    return tpu_stream_enqueue_raw(s, c, seq);
+}
+
+tpu_status tpu_stream_enqueue_raw(tpu_stream_t s, tpu_cmd *c, uint64_t *seq) {
     tpu_status st = tpu_check_fork();
     if (st) {
         free(c);
@@ -437,6 +475,7 @@ tpu_status tpu_stream_enqueue(tpu_stream_t s, tpu_cmd *c, uint64_t *seq) {
 
 bool tpu_stream_try_inline(tpu_stream_t s, tpu_cmd *c, tpu_status *st) {
     if (c->kind != TPU_CMD_KERNEL && c->kind != TPU_CMD_COPY) return false;
+    if (atomic_load_explicit(&s->win.n, memory_order_acquire)) return false; /* recorded work first: enqueue flushes */
     pthread_mutex_lock(&s->mu);
     if (s->head || completed_of(s) != s->enqueued || s->err) {
         pthread_mutex_unlock(&s->mu);
@@ -460,6 +499,8 @@ bool tpu_stream_try_inline(tpu_stream_t s, tpu_cmd *c, tpu_status *st) {
 
 tpu_status tpu_stream_query(tpu_stream_t s) {
     if (!s) return tpu_set_error(TPU_ERROR_INVALID_VALUE, "NULL stream");
+    tpu_status fs = tpu_window_flush(s, TPU_FLUSH_QUERY);
+    if (fs) return fs;
     return tpu_stream_completed(s) >= tpu_stream_enqueued(s) ? TPU_OK : TPU_ERROR_NOT_READY;
 }
 
@@ -479,6 +520,7 @@ tpu_status tpu_stream_synchronize(tpu_stream_t s) {
     if (!s) return tpu_set_error(TPU_ERROR_INVALID_VALUE, "NULL stream");
     tpu_status st = tpu_check_fork();
     if (st) return st;
+    if ((st = tpu_window_flush(s, TPU_FLUSH_SYNCHRONIZE))) return st;
     if ((st = sync_wait(s, tpu_stream_enqueued(s)))) return st;
     return take_error(s);
 }
@@ -493,6 +535,7 @@ static int used_queues(int dev, tpu_stream_t *out) {
 
 tpu_status tpu_device_synchronize_all(int dev) {
     if (!tpu_stream_default(dev)) return TPU_OK;
+    tpu_windows_flush_dev(dev, TPU_FLUSH_SYNCHRONIZE);
     tpu_stream_t qs[NQUEUES];
     int n = used_queues(dev, qs);
     for (int i = 0; i < n; i++) wait_complete(qs[i], tpu_stream_enqueued(qs[i]));
@@ -503,6 +546,7 @@ tpu_status tpu_device_synchronize(int dev) {
     tpu_chip *c;
     tpu_status st = tpu_chip_get(dev, &c);
     if (st) return st;
+    if ((st = tpu_windows_flush_dev(dev, TPU_FLUSH_SYNCHRONIZE))) return st;
     tpu_stream_t qs[NQUEUES];
     int n = used_queues(dev, qs);
     for (int i = 0; i < n; i++)

@@ -6,6 +6,7 @@
 #include "tpu/tpu.h"
 #include "base/base-impl.h"
 #include "kernels/kernels-impl.h"
+#include "graph/graph-impl.h"
 #include <pthread.h>
 #include <stdatomic.h>
 
@@ -62,6 +63,24 @@ struct tpu_alloc *tpu_alloc_create(tpu_chip *chip);
 /* TPU_OK if devptr starts a live allocation holding at least nbytes. `what`
  * and `k` (operand index) name the caller in the error. */
 tpu_status tpu_alloc_check_live(const void *devptr, size_t nbytes, const char *what, int k);
+/* Fused Eager binds memory lazily: a block allocated in Fused Eager is
+ * "deferred" (not counted as allocated, its pages never touched) until
+ * something writes it or finds it alive: a flushed window that stores to
+ * it, the end of any flush of its chip, a launch in another mode, a copy. tpu_alloc_materialize counts a deferred block
+ * (no-op for anything else); tpu_alloc_any_deferred is a cheap check that
+ * some deferred block exists (relaxed). tpu_alloc_is_bound: devptr starts
+ * a live block that is not deferred. */
+void tpu_alloc_materialize(const void *devptr);
+/* Bind every live deferred block of chip `dev` (a flush: what is alive now exists). */
+void tpu_alloc_bind_all(int dev);
+bool tpu_alloc_any_deferred(void);
+bool tpu_alloc_is_bound(const void *devptr);
+/* Free for real a block whose free a window held back (tpu_free of a block
+ * in use by an open window is deferred to the window's flush). Returns the
+ * bytes of the block if it was never materialized (a dead intermediate). */
+size_t tpu_alloc_release(void *devptr);
+/* Device address of host address `host` inside chip `dev`'s arena. */
+void *tpu_host_to_dev(int dev, const void *host);
 
 /* Views (view.c): validate a view against its storage (and, for a device
  * view, the storage against the allocator) and translate its base to a host
@@ -69,8 +88,43 @@ tpu_status tpu_alloc_check_live(const void *devptr, size_t nbytes, const char *w
  * device is TPU_ERROR_DEVICE_MISMATCH. Scalars and empty views pass. */
 tpu_status tpu_view_check(const char *what, int k, tpu_tensor *t, bool device, int *dev);
 
+/* Fused Eager windows (window.c). Each stream has one: in Fused Eager a
+ * launch is recorded into its stream's window (a graph) instead of queued;
+ * anything else that touches the stream or device memory in order (a copy,
+ * an event, a wait, a synchronize or query, a mode switch, a full window,
+ * memory pressure, an explicit tpu_flush) first flushes it: the graph is
+ * compiled, its stored outputs are bound, and the program is queued as one
+ * command. A block freed while its stream's window is open is freed for real
+ * after the flush (so the window never sees its memory reused).
+ * `n` mirrors g.n for lock-free emptiness checks. */
+typedef struct tpu_window {
+    pthread_mutex_t mu;
+    tpu_graph g;
+    _Atomic int n;
+} tpu_window;
+tpu_window *tpu_stream_window(tpu_stream_t s);
+void tpu_window_init(tpu_window *w);
+/* Record launch `a` (validated, host addresses) into s's window. */
+tpu_status tpu_window_record(tpu_stream_t s, const tpu_kargs *a);
+/* Flush s's window (nothing to do if empty). */
+tpu_status tpu_window_flush(tpu_stream_t s, tpu_flush_cause cause);
+/* Flush every window of chip `dev` (every chip if dev < 0). */
+tpu_status tpu_windows_flush_dev(int dev, tpu_flush_cause cause);
+/* If s's window is open, hold the free of the block at device address
+ * `devptr` until the flush and return true; else false (free it now). */
+bool tpu_window_defer_free(tpu_stream_t s, void *devptr);
+/* Whether any open window of chip `dev` writes the storage at `devptr`. */
+bool tpu_windows_write(int dev, const void *devptr);
+
 /* Streams (stream.c). */
-typedef enum tpu_cmd_kind { TPU_CMD_KERNEL, TPU_CMD_COPY, TPU_CMD_EVENT, TPU_CMD_WAIT, TPU_CMD_CALLBACK } tpu_cmd_kind;
+typedef enum tpu_cmd_kind {
+    TPU_CMD_KERNEL,
+    TPU_CMD_COPY,
+    TPU_CMD_EVENT,
+    TPU_CMD_WAIT,
+    TPU_CMD_CALLBACK,
+    TPU_CMD_GRAPH
+} tpu_cmd_kind;
 typedef struct tpu_cmd {
     tpu_cmd_kind kind;
     struct tpu_cmd *next;
@@ -95,12 +149,18 @@ typedef struct tpu_cmd {
             tpu_host_fn fn;
             void *user;
         } cb;
+        tpu_gprog *graph; /* a flushed window's program (owned) */
     } u;
 } tpu_cmd;
 
 tpu_cmd *tpu_cmd_new(tpu_cmd_kind kind);
-/* Queue a command (takes ownership); returns its sequence number in *seq. */
+/* Queue a command (takes ownership); returns its sequence number in *seq.
+ * Flushes the stream's Fused Eager window first; the _raw form does not
+ * (the flush itself queues with it). */
 tpu_status tpu_stream_enqueue(tpu_stream_t s, tpu_cmd *c, uint64_t *seq);
+tpu_status tpu_stream_enqueue_raw(tpu_stream_t s, tpu_cmd *c, uint64_t *seq);
+/* Queues of chip `dev` (the default stream first); returns how many. */
+int tpu_stream_queues(int dev, tpu_stream_t *out, int max);
 /* Run `c` (a kernel or copy) on the calling thread if `s` has nothing queued
  * or running, keeping stream order; frees c. Returns false (c untouched) if
  * the stream is busy. A failing kernel's error is returned in *st (and set as

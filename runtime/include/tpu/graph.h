@@ -1,0 +1,77 @@
+/* graph.h - Fused Eager (DeferAndFuse): windows, flushes, statistics.
+ *
+ * In Fused Eager (tpu_set_eager_mode(TPU_EAGER_FUSED)) tpu_launch records
+ * the launch into the current stream's window instead of queueing it; the
+ * launch's arguments are still validated at the call. A window is flushed -
+ * compiled (elementwise chains fused into one pass, dead intermediates never
+ * stored), its outputs bound to memory, and queued as one command - before
+ * anything else that needs its work in order: a copy, an event record, a
+ * stream wait, a synchronize or query, a mode switch, a full window
+ * (TPU_WINDOW_MAX_OPS), an allocation that would otherwise fail, or
+ * tpu_flush(), tpu_mem_get_stats(). Memory allocated in Fused Eager is
+ * bound lazily: it counts as allocated (tpu_mem_get_stats) from the first
+ * flush, copy or launch in another mode that finds it alive, and a block
+ * freed before the flush whose contents nothing else reads is never
+ * materialized: never counted, its pages never touched.
+ * Thread safety: all functions are thread-safe. */
+#ifndef TPU_GRAPH_H
+#define TPU_GRAPH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include "status.h"
+#include "mem.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TPU_WINDOW_MAX_OPS 4096 /* launches one window records before it flushes */
+
+/* Why a window was flushed. */
+typedef enum tpu_flush_cause {
+    TPU_FLUSH_SYNCHRONIZE,  /* stream / device synchronize */
+    TPU_FLUSH_QUERY,        /* stream query */
+    TPU_FLUSH_COPY,         /* a copy (to or from the host, or between devices) */
+    TPU_FLUSH_EVENT,        /* event record */
+    TPU_FLUSH_STREAM_WAIT,  /* another stream's event waited for */
+    TPU_FLUSH_CALLBACK,     /* host callback queued */
+    TPU_FLUSH_MODE_SWITCH,  /* tpu_set_eager_mode */
+    TPU_FLUSH_WINDOW_FULL,  /* TPU_WINDOW_MAX_OPS reached */
+    TPU_FLUSH_MEMORY,       /* an allocation would fail: flush, then retry */
+    TPU_FLUSH_EXPLICIT,     /* tpu_flush */
+    TPU_FLUSH_MEMORY_STATS, /* tpu_mem_get_stats: the figures count what is alive */
+    TPU_FLUSH_CAUSE_COUNT
+} tpu_flush_cause;
+
+/* "synchronize", "query", "copy", ...: static strings ("?" outside the enum). */
+const char *tpu_flush_cause_name(tpu_flush_cause c);
+
+/* Process-wide counters since start or the last reset. */
+typedef struct tpu_fused_stats {
+    uint64_t flushes[TPU_FLUSH_CAUSE_COUNT]; /* windows flushed, by cause */
+    uint64_t ops_recorded;                   /* launches recorded */
+    uint64_t ops_fused;                      /* of those, run inside a fused group */
+    uint64_t groups_run;                     /* fused groups (two launches or more) run */
+    uint64_t kernels_run;                    /* launches run alone by their kernel */
+    uint64_t results_never_stored;           /* results of fused launches kept out of memory */
+    uint64_t bytes_never_materialized;       /* bytes of blocks freed without ever being bound */
+    uint64_t plan_cache_hits;                /* flushes that reused a cached plan (no analysis) */
+    uint64_t plan_cache_misses;              /* flushes that planned their window */
+} tpu_fused_stats;
+void tpu_fused_get_stats(tpu_fused_stats *out);
+void tpu_fused_reset_stats(void);
+
+/* Flush the window of `s` (NULL: every window of every chip). Returns
+ * errors of the flush itself (host memory); kernel errors surface at the
+ * next synchronizing call, as for queued launches. */
+tpu_status tpu_flush(tpu_stream_t s);
+
+/* Whether the storage at device address `devptr` holds its value in device
+ * memory: bound, and written by no launch still recorded in a window. */
+bool tpu_mem_is_materialized(const void *devptr);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,98 @@
+/* graph-impl.h - the graph floor (runtime/src/graph/): the IR that Fused
+ * Eager records into (and torch.compile will lower FX graphs to), the pass
+ * that turns a recorded graph into a program of steps (fusion, dead
+ * intermediates), and the block interpreter that runs it. Uses only
+ * kernels/, ref/ and base/; the device (vtpu/) owns the windows, binds
+ * memory and queues programs on its streams.
+ *
+ * DESIGN
+ * A graph is a list of nodes in program order; a node is one launch exactly
+ * as tpu_launch validated it (tpu_kargs: op, operand views with host
+ * addresses, named parameters), so running a node alone is running the
+ * launch. Buffers are identified by their storage base; two operands are the
+ * same value when their views are equal (base, offset, dtype, sizes,
+ * strides). Storages freed while the graph was open are listed with it:
+ * their contents are dead once the last node reading them has run.
+ *
+ * tpu_graph_compile partitions the nodes, in order, into steps: a fused
+ * group of consecutive elementwise nodes computing in the float32 domain
+ * over one iteration space, or a single node run by its fast kernel. Inside
+ * a group an operand is either loaded from memory, a host scalar, or the
+ * value an earlier node of the group computed for the same view (never
+ * reloaded); a node joins only if every storage the group writes is
+ * accessed through that one view (then running the group tile by tile is
+ * running its nodes one after another). A group's result is stored only if
+ * its storage is still alive at the flush or read by a later step: a dead
+ * intermediate never touches memory. Every result is rounded to its dtype
+ * as the launch would store it, so fused and unfused runs agree bit for bit.
+ *
+ * The block interpreter walks a group's iteration space in tiles of
+ * TPU_TILE elements on the compute pool; per tile each node loads what it
+ * needs from memory, runs the op's ops.def expression through the fast
+ * kernel's tile function (tpu_ew_tile_f), rounds, and stores if needed.
+ * Values live in a few tile-sized slots reused by liveness.
+ *
+ * Plans are cached by the graph's structure (graph.c: the plan cache): a
+ * window recorded again with the same ops, shapes, layouts and storage
+ * pattern - every training step after the first - reuses its plan, and
+ * only the operands' addresses and parameters are new.
+ *
+ * Thread-safety: a graph and a program belong to one thread at a time (the
+ * device serializes a window's recording and flushing; a program runs on
+ * one stream worker, which fans tiles out to the compute pool); the plan
+ * cache has its own lock. */
+#ifndef TPU_GRAPH_IMPL_H
+#define TPU_GRAPH_IMPL_H
+
+#include "kernels/kernels-impl.h"
+#include <stdio.h>
+
+typedef struct tpu_graph {
+    tpu_kargs *nodes; /* owned; operand bases are host addresses */
+    int n, cap;
+    void **freed; /* storage bases (host) freed while the graph was open */
+    int nfreed, capfreed;
+    size_t out_bytes; /* bytes the nodes' outputs span (for the window's cap) */
+} tpu_graph;
+
+/* An empty graph (no allocation until the first node). */
+void tpu_graph_init(tpu_graph *g);
+/* Free everything the graph owns; it is empty again. */
+void tpu_graph_release(tpu_graph *g);
+/* Room for one more node at the end (NULL: out of host memory). */
+tpu_kargs *tpu_graph_add(tpu_graph *g);
+/* Note that the storage at `base` was freed (false: out of host memory). */
+bool tpu_graph_add_freed(tpu_graph *g, void *base);
+/* Whether a node of the graph writes the storage at `base`. */
+bool tpu_graph_writes(const tpu_graph *g, const void *base);
+
+/* A compiled graph: steps ready to run. */
+typedef struct tpu_gprog tpu_gprog;
+
+typedef struct tpu_gprog_info {
+    int nodes;            /* nodes in the graph */
+    int steps;            /* steps run (groups + single nodes) */
+    int groups;           /* fused groups of two nodes or more */
+    int fused_nodes;      /* nodes inside those groups */
+    int64_t dead_results; /* node results never stored (dead intermediates) */
+    bool cache_hit;       /* the plan came from the plan cache (no analysis) */
+} tpu_gprog_info;
+
+/* Compile g into a program, which takes g's nodes (g is left empty, its
+ * freed list included). NULL with TPU_ERROR_OUT_OF_MEMORY set: out of host
+ * memory (g untouched). */
+tpu_gprog *tpu_graph_compile(tpu_graph *g);
+tpu_gprog_info tpu_gprog_get_info(const tpu_gprog *p);
+/* fn(user, base) for each storage the program writes to memory (once per
+ * storage), so the device can bind it before the program runs. */
+void tpu_gprog_foreach_store(const tpu_gprog *p, void (*fn)(void *user, void *base), void *user);
+/* Run every step in order; the first failing step's status is returned and
+ * its message ("tpu kernel 'op' failed: ...") written to err; later steps
+ * still run, as queued launches would. */
+tpu_status tpu_gprog_run(tpu_gprog *p, char *err, size_t errlen);
+/* The program as text: one line per node (op, shape, dtype, step, stored or
+ * dead); for TORCH_TPU_FUSED_DUMP. */
+void tpu_gprog_dump(const tpu_gprog *p, FILE *f);
+void tpu_gprog_free(tpu_gprog *p);
+
+#endif

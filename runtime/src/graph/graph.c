@@ -1,0 +1,963 @@
+/* graph.c - the graph IR and its compilation into a program of steps
+ * (fusion of elementwise chains, dead intermediates, slot allocation).
+ * See graph-impl.h for the design. */
+#include "graph/prog-impl.h"
+#include <pthread.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the IR ---- */
+
+void tpu_graph_init(tpu_graph *g) { memset(g, 0, sizeof *g); }
+
+void tpu_graph_release(tpu_graph *g) {
+    free(g->nodes);
+    free(g->freed);
+    tpu_graph_init(g);
+}
+
+tpu_kargs *tpu_graph_add(tpu_graph *g) {
+    if (g->n == g->cap) {
+        int cap = g->cap ? 2 * g->cap : 64;
+        tpu_kargs *nn = realloc(g->nodes, (size_t)cap * sizeof *nn);
+        if (!nn) return NULL;
+        g->nodes = nn;
+        g->cap = cap;
+    }
+    return &g->nodes[g->n++];
+}
+
+bool tpu_graph_add_freed(tpu_graph *g, void *base) {
+    if (g->nfreed == g->capfreed) {
+        int cap = g->capfreed ? 2 * g->capfreed : 64;
+        void **nf = realloc(g->freed, (size_t)cap * sizeof *nf);
+        if (!nf) return false;
+        g->freed = nf;
+        g->capfreed = cap;
+    }
+    g->freed[g->nfreed++] = base;
+    return true;
+}
+
+bool tpu_graph_writes(const tpu_graph *g, const void *base) {
+    for (int i = 0; i < g->n; i++) {
+        const tpu_kargs *a = &g->nodes[i];
+        int nout = tpu_op_infos[a->op].nout;
+        for (int k = 0; k < nout && k < a->n; k++)
+            if (!a->t[k].is_scalar && a->t[k].base == base) return true;
+    }
+    return false;
+}
+
+/* ---- a pointer -> int map (open addressing; keys are storage bases) ---- */
+
+typedef struct ptrmap {
+    const void **key;
+    int *val;
+    size_t mask;
+} ptrmap;
+
+static bool pm_init(ptrmap *m, size_t nkeys) {
+    size_t cap = 16;
+    while (cap < 2 * nkeys + 1) cap *= 2;
+    m->key = calloc(cap, sizeof *m->key);
+    m->val = malloc(cap * sizeof *m->val);
+    m->mask = cap - 1;
+    return m->key && m->val;
+}
+
+static void pm_free(ptrmap *m) {
+    free(m->key);
+    free(m->val);
+}
+
+static size_t pm_slot(const ptrmap *m, const void *k) {
+    size_t h = ((uintptr_t)k >> 4) * 0x9E3779B97F4A7C15ull;
+    size_t i = (h >> 20) & m->mask;
+    while (m->key[i] && m->key[i] != k) i = (i + 1) & m->mask;
+    return i;
+}
+
+/* Value at k, or `dflt`. */
+static int pm_get(const ptrmap *m, const void *k, int dflt) {
+    size_t i = pm_slot(m, k);
+    return m->key[i] ? m->val[i] : dflt;
+}
+
+static void pm_put(ptrmap *m, const void *k, int v) {
+    size_t i = pm_slot(m, k);
+    m->key[i] = k;
+    m->val[i] = v;
+}
+
+/* A (group, pointer) -> int map: the views each group under construction
+ * has touched, for every group of one compilation (group ids are never
+ * reused, so nothing is ever cleared). Sized for 16 * n keys; a full map
+ * refuses new keys (pair_put returns false). */
+typedef struct pairmap {
+    const void **key;
+    int *gid, *val;
+    size_t mask, used;
+    int next_gid; /* the next group id to hand out */
+} pairmap;
+
+static bool pair_init(pairmap *m, size_t nkeys) {
+    size_t cap = 64;
+    while (cap < 2 * nkeys + 1) cap *= 2;
+    m->key = malloc(cap * sizeof *m->key);
+    m->gid = malloc(cap * sizeof *m->gid);
+    m->val = malloc(cap * sizeof *m->val);
+    m->mask = cap - 1;
+    m->used = 0;
+    m->next_gid = 0;
+    if (m->gid)
+        for (size_t i = 0; i < cap; i++) m->gid[i] = -1;
+    return m->key && m->gid && m->val;
+}
+
+static void pair_free(pairmap *m) {
+    free(m->key);
+    free(m->gid);
+    free(m->val);
+}
+
+static size_t pair_slot(const pairmap *m, int gid, const void *k) {
+    size_t h = (((uintptr_t)k >> 4) ^ ((size_t)gid * 0x632BE59BD9B4E019ull)) * 0x9E3779B97F4A7C15ull;
+    size_t i = (h >> 20) & m->mask;
+    while (m->gid[i] >= 0 && (m->gid[i] != gid || m->key[i] != k)) i = (i + 1) & m->mask;
+    return i;
+}
+
+static int pair_get(const pairmap *m, int gid, const void *k, int dflt) {
+    size_t i = pair_slot(m, gid, k);
+    return m->gid[i] >= 0 ? m->val[i] : dflt;
+}
+
+static bool pair_put(pairmap *m, int gid, const void *k, int v) {
+    size_t i = pair_slot(m, gid, k);
+    if (m->gid[i] < 0) {
+        if (2 * (m->used + 1) > m->mask) return false;
+        m->used++;
+    }
+    m->key[i] = k;
+    m->gid[i] = gid;
+    m->val[i] = v;
+    return true;
+}
+
+/* ---- grouping ---- */
+
+static bool same_view(const tpu_tensor *a, const tpu_tensor *b) {
+    if (a->base != b->base || a->offset != b->offset || a->dtype != b->dtype || a->ndim != b->ndim) return false;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->sizes[d] != b->sizes[d] || a->strides[d] != b->strides[d]) return false;
+    return true;
+}
+
+static int64_t view_numel(const tpu_tensor *t) {
+    int64_t n = 1;
+    for (int d = 0; d < t->ndim; d++) n *= t->sizes[d];
+    return n;
+}
+
+/* A random fill the interpreter can compute in a group: uniform, normal,
+ * bernoulli with a scalar p, whose arguments pass the kernel's checks (else
+ * it runs alone and fails there, as in Strict). */
+static bool fusible_random(const tpu_kargs *a) {
+    if (a->op != TPU_OP_RAND_UNIFORM && a->op != TPU_OP_RAND_NORMAL && a->op != TPU_OP_RAND_BERNOULLI) return false;
+    if (a->n > 2 || (a->n == 2 && !a->t[1].is_scalar)) return false;
+    tpu_kargs probe;
+    memcpy(&probe, a, offsetof(tpu_kargs, err));
+    return tpu_random_check(&probe) == TPU_OK;
+}
+
+static bool is_random(tpu_op op) { return tpu_op_class_of(op) == TPU_CLASS_RANDOM; }
+
+/* A node the interpreter can run inside a group. */
+static bool fusible(const tpu_kargs *a, tpu_ew_par *par) {
+    memset(par, 0, sizeof *par);
+    if (tpu_op_infos[a->op].nout != 1) return false;
+    if (is_random(a->op) ? !fusible_random(a) : !tpu_ew_prepare_f(a, par)) return false;
+    const tpu_tensor *o = &a->t[0];
+    tpu_dtype dt = (tpu_dtype)o->dtype;
+    if (o->is_scalar || (dt != TPU_F32 && dt != TPU_BF16 && dt != TPU_F16 && dt != TPU_BOOL)) return false;
+    if (view_numel(o) == 0) return false;
+    for (int d = 0; d < o->ndim; d++)
+        if (o->sizes[d] > 1 && o->strides[d] == 0) return false; /* an expanded output: elements alias */
+    return true;
+}
+
+/* A value of a group being built: loaded from memory, a host scalar, or
+ * computed by op `op`. */
+enum { V_LOAD, V_CONST, V_OP };
+typedef struct gval {
+    int kind, op, last_use, mem, node, k;
+    int16_t slot;
+} gval;
+
+/* A view the group has touched, and the value it holds now; entries of
+ * one storage are chained (newest first) from the group's map. */
+typedef struct gent {
+    const tpu_tensor *view;
+    int val, next;
+    bool written;
+} gent;
+
+typedef struct gbuild {
+    const tpu_kargs *nodes;
+    pairmap *map; /* shared: (gid, storage base) -> the group's newest entry of it */
+    int gid;
+    gr_op *ops;
+    int nops, capops;
+    int *inval; /* 3 per op */
+    int *outval;
+    int capin, capout;
+    gval *vals;
+    int nvals, capvals;
+    gent *ent;
+    int nent, capent, nloads;
+} gbuild;
+
+/* An empty group with a fresh id (its arrays grow as it does). */
+static void build_reset(gbuild *b) {
+    b->nops = b->nent = b->nloads = b->nvals = 0;
+    b->gid = b->map->next_gid++;
+}
+
+static void build_free(gbuild *b) {
+    free(b->ops);
+    free(b->inval);
+    free(b->outval);
+    free(b->vals);
+    free(b->ent);
+    memset(b, 0, sizeof *b);
+}
+
+static bool grow(void **p, int *cap, int need, size_t elem) {
+    if (need <= *cap) return true;
+    int c = *cap ? *cap : 8;
+    while (c < need) c *= 2;
+    void *q = realloc(*p, (size_t)c * elem);
+    if (!q) return false;
+    *p = q;
+    *cap = c;
+    return true;
+}
+
+/* Room for one more op (its values and entries). */
+static bool build_reserve(gbuild *b) {
+    return grow((void **)&b->ops, &b->capops, b->nops + 1, sizeof *b->ops) &&
+           grow((void **)&b->inval, &b->capin, 3 * (b->nops + 1), sizeof *b->inval) &&
+           grow((void **)&b->outval, &b->capout, b->nops + 1, sizeof *b->outval) &&
+           grow((void **)&b->vals, &b->capvals, b->nvals + 4, sizeof *b->vals) &&
+           grow((void **)&b->ent, &b->capent, b->nent + 4, sizeof *b->ent);
+}
+
+static int find_ent(const gbuild *b, const tpu_tensor *t) {
+    for (int e = pair_get(b->map, b->gid, t->base, -1); e >= 0; e = b->ent[e].next)
+        if (same_view(b->ent[e].view, t)) return e;
+    return -1;
+}
+
+static int add_ent(gbuild *b, const tpu_tensor *view, int val) {
+    int e = b->nent++;
+    b->ent[e] = (gent){view, val, pair_get(b->map, b->gid, view->base, -1), false};
+    pair_put(b->map, b->gid, view->base, e); /* (room checked by try_join) */
+    return e;
+}
+
+/* Whether the group wrote the storage at `base` (through any view). */
+static bool base_written(const gbuild *b, const void *base) {
+    for (int e = pair_get(b->map, b->gid, base, -1); e >= 0; e = b->ent[e].next)
+        if (b->ent[e].written) return true;
+    return false;
+}
+
+/* Whether every view of `base` the group touched is `v`. */
+static bool base_only_view(const gbuild *b, const tpu_tensor *v) {
+    for (int e = pair_get(b->map, b->gid, v->base, -1); e >= 0; e = b->ent[e].next)
+        if (!same_view(b->ent[e].view, v)) return false;
+    return true;
+}
+
+static int new_val(gbuild *b, int kind, int op) {
+    gval *v = &b->vals[b->nvals];
+    memset(v, 0, sizeof *v);
+    v->kind = kind;
+    v->op = op;
+    v->last_use = op;
+    v->mem = -1;
+    v->slot = -1;
+    return b->nvals++;
+}
+
+/* Add node i to the group if it can run inside it (see graph-impl.h). */
+static bool try_join(gbuild *b, int i, const tpu_ew_par *par) {
+    const tpu_kargs *a = &b->nodes[i];
+    const tpu_tensor *o = &a->t[0];
+    if (b->nops >= GR_MAX_OPS) return false;
+    if (b->nops > 0) {
+        const tpu_tensor *o0 = &b->nodes[b->ops[0].node].t[0];
+        if (o0->ndim != o->ndim) return false;
+        for (int d = 0; d < o->ndim; d++)
+            if (o0->sizes[d] != o->sizes[d]) return false;
+    }
+    int nin = is_random(a->op) ? 0 : a->n - 1, newloads = 0; /* (bernoulli's p is read from the node) */
+    for (int j = 0; j < nin; j++) {
+        const tpu_tensor *t = &a->t[1 + j];
+        if (t->is_scalar || find_ent(b, t) >= 0) continue;
+        if (base_written(b, t->base)) return false;               /* another view of a result */
+        if (t->base == o->base && !same_view(t, o)) return false; /* partly in place */
+        newloads++;
+    }
+    if (!base_only_view(b, o)) return false;
+    if (b->nloads + newloads > GR_MAX_LOADS || !build_reserve(b)) return false;
+    if (2 * (b->map->used + 4) > b->map->mask) return false; /* the shared map is full */
+
+    int op = b->nops++;
+    gr_op *g = &b->ops[op];
+    memset(g, 0, sizeof *g);
+    g->node = i;
+    g->nin = nin;
+    g->par = *par;
+    g->random = is_random(a->op);
+    g->round = (tpu_dtype)o->dtype;
+    for (int j = 0; j < 3; j++) b->inval[3 * op + j] = -1;
+    for (int j = 0; j < nin; j++) {
+        const tpu_tensor *t = &a->t[1 + j];
+        int v;
+        if (t->is_scalar) {
+            v = new_val(b, V_CONST, op);
+            b->vals[v].node = i;
+            b->vals[v].k = 1 + j;
+        } else {
+            int e = find_ent(b, t);
+            if (e < 0) {
+                e = add_ent(b, t, new_val(b, V_LOAD, op));
+                b->nloads++;
+                b->vals[b->ent[e].val].node = i;
+                b->vals[b->ent[e].val].k = 1 + j;
+            }
+            v = b->ent[e].val;
+        }
+        b->vals[v].last_use = op;
+        b->inval[3 * op + j] = v;
+    }
+    int v = new_val(b, V_OP, op);
+    int e = find_ent(b, o);
+    if (e < 0) e = add_ent(b, o, v);
+    b->ent[e].val = v;
+    b->ent[e].written = true;
+    b->outval[op] = v;
+    return true;
+}
+
+/* ---- slots ---- */
+
+typedef struct slots {
+    int16_t *free;
+    int nfree, next;
+} slots;
+
+static int16_t slot_take(slots *s) { return s->nfree ? s->free[--s->nfree] : (int16_t)s->next++; }
+static void slot_give(slots *s, int16_t k) { s->free[s->nfree++] = k; }
+
+/* Turn the built group into its runnable form: memory operands, constants,
+ * slots (store decisions are in ops[].store as -2 "store" / -1 "not yet"). */
+static bool finish_group(gbuild *b, gr_group *g) {
+    memset(g, 0, sizeof *g);
+    g->ops = malloc((size_t)b->nops * sizeof *g->ops);
+    g->cst = malloc((size_t)(b->nvals + 1) * sizeof *g->cst);
+    g->mem = malloc((size_t)(b->nloads + b->nops) * sizeof *g->mem);
+    slots s = {malloc((size_t)(b->nvals + 2) * sizeof(int16_t)), 0, 1}; /* slot 0: zeros */
+    if (!g->ops || !g->cst || !g->mem || !s.free) {
+        free(g->ops);
+        free(g->cst);
+        free(g->mem);
+        free(s.free);
+        return false;
+    }
+    memcpy(g->ops, b->ops, (size_t)b->nops * sizeof *g->ops);
+    g->nops = b->nops;
+    for (int v = 0; v < b->nvals; v++)
+        if (b->vals[v].kind == V_CONST) {
+            b->vals[v].slot = slot_take(&s);
+            g->cst[g->ncst++] = (gr_const){b->vals[v].node, b->vals[v].k, b->vals[v].slot};
+        }
+    for (int op = 0; op < g->nops; op++) {
+        gr_op *o = &g->ops[op];
+        for (int j = 0; j < 3; j++) {
+            o->in[j] = 0;
+            o->load[j] = -1;
+            int v = b->inval[3 * op + j];
+            if (v < 0) continue;
+            gval *val = &b->vals[v];
+            if (val->kind == V_LOAD && val->slot < 0) {
+                val->slot = slot_take(&s);
+                val->mem = g->nmem;
+                g->mem[g->nmem++] = (gr_mem){val->node, val->k};
+                o->load[j] = (int16_t)val->mem;
+            }
+            o->in[j] = val->slot;
+        }
+        gval *out = &b->vals[b->outval[op]];
+        bool store = o->store == -2;
+        o->store = -1;
+        o->skip = !store && out->last_use == op;
+        if (!o->skip) {
+            out->slot = slot_take(&s);
+            o->out = out->slot;
+            if (store) {
+                o->store = (int16_t)g->nmem;
+                g->mem[g->nmem++] = (gr_mem){o->node, 0};
+            }
+        }
+        for (int j = 0; j < 3; j++) { /* inputs read for the last time (once each) */
+            int v = b->inval[3 * op + j];
+            bool dup = (j > 0 && v == b->inval[3 * op]) || (j > 1 && v == b->inval[3 * op + 1]);
+            if (v >= 0 && !dup && b->vals[v].kind != V_CONST && b->vals[v].last_use == op)
+                slot_give(&s, b->vals[v].slot);
+        }
+        if (!o->skip && out->last_use == op) slot_give(&s, out->slot);
+    }
+    g->nslots = s.next;
+    free(s.free);
+    return true;
+}
+
+/* ---- compilation ---- */
+
+static void prog_free_parts(tpu_gprog *p) {
+    for (int i = 0; i < p->ngroups; i++) {
+        free(p->groups[i].ops);
+        free(p->groups[i].cst);
+        free(p->groups[i].mem);
+    }
+    free(p->groups);
+    free(p->steps);
+    free(p->stores);
+    free(p->node_step);
+    free(p->node_store);
+    free(p->order);
+}
+
+void tpu_gprog_free(tpu_gprog *p) {
+    if (!p) return;
+    prog_free_parts(p);
+    free(p->nodes);
+    free(p);
+}
+
+/* Decide which results of the group that is step `step` reach memory: the
+ * last write of each storage, if the storage is alive at the flush or read
+ * by a later step. */
+static void decide_stores(gbuild *b, int step, const ptrmap *freed, const ptrmap *last_read) {
+    int later = b->map->next_gid++; /* a scratch set: storages written by a later op of the group */
+    for (int op = b->nops - 1; op >= 0; op--) {
+        const tpu_tensor *o = &b->nodes[b->ops[op].node].t[0];
+        bool later_write = pair_get(b->map, later, o->base, 0);
+        pair_put(b->map, later, o->base, 1);
+        bool alive = !pm_get(freed, o->base, 0) || pm_get(last_read, o->base, -1) > step;
+        b->ops[op].store = (!later_write && alive) ? -2 : -1;
+    }
+}
+
+/* ---- phase A: which nodes fuse with which ----
+ * Nodes are taken in program order. A fusible node joins the open group of
+ * one of its producers (the last writer of an input), or else the group of
+ * the node just before it, if it can run there: a group runs at the place
+ * of its first node, so joining moves the node up, past the nodes in
+ * between - allowed only if none of those that still run after the group
+ * writes a storage the node reads, or reads or writes the storage it
+ * writes. A node that joins no group opens one (at most GR_OPEN groups are
+ * open: the oldest closes). */
+
+#define GR_OPEN  512  /* groups open at once */
+#define GR_HOIST 4096 /* farthest a node moves up to join a group */
+
+typedef struct agroup {
+    int pos;      /* first node: where the group runs */
+    int *members; /* node indices, program order */
+    int n, cap;
+    gbuild b; /* while open */
+    bool open;
+} agroup;
+
+typedef struct planner {
+    const tpu_graph *gr;
+    pairmap map;
+    ptrmap last_writer; /* storage base -> 1 + index of the last node writing it */
+    int *group_of;      /* node -> agroup index, or -1 */
+    int *eff_pos;       /* node -> where it runs */
+    agroup *groups;
+    int ngroups;
+    int open[GR_OPEN], nopen;
+} planner;
+
+/* Whether node i may move up to run at group g's place (see above). */
+static bool may_hoist(const planner *pl, int g, int i) {
+    int pos = pl->groups[g].pos;
+    if (i - pos > GR_HOIST) return false;
+    const tpu_kargs *a = &pl->gr->nodes[i];
+    for (int k = pos + 1; k < i; k++) {
+        if (pl->group_of[k] == g || pl->eff_pos[k] < pos) continue; /* in the group, or runs before it */
+        const tpu_kargs *c = &pl->gr->nodes[k];
+        int nout_c = tpu_op_infos[c->op].nout;
+        for (int x = 0; x < c->n; x++) {
+            const tpu_tensor *t = &c->t[x];
+            if (t->is_scalar) continue;
+            if (t->base == a->t[0].base) return false; /* it reads or writes what i writes */
+            if (x < nout_c)
+                for (int j = 1; j < a->n; j++)
+                    if (!a->t[j].is_scalar && a->t[j].base == t->base) return false; /* it writes what i reads */
+        }
+    }
+    return true;
+}
+
+static void close_group(planner *pl, int slot) {
+    agroup *g = &pl->groups[pl->open[slot]];
+    g->open = false;
+    build_free(&g->b);
+    pl->open[slot] = pl->open[--pl->nopen];
+}
+
+static bool add_member(agroup *g, int i) {
+    if (!grow((void **)&g->members, &g->cap, g->n + 1, sizeof *g->members)) return false;
+    g->members[g->n++] = i;
+    return true;
+}
+
+/* Try node i in open group g. */
+static bool join(planner *pl, int g, int i, const tpu_ew_par *par) {
+    agroup *ag = &pl->groups[g];
+    if (!ag->open || !may_hoist(pl, g, i) || !try_join(&ag->b, i, par)) return false;
+    if (!add_member(ag, i)) return false; /* (host memory: the group still holds i; it runs alone below) */
+    pl->group_of[i] = g;
+    pl->eff_pos[i] = ag->pos;
+    return true;
+}
+
+/* Open a group for node i (closing the oldest open one if needed). */
+static void open_group(planner *pl, int i, const tpu_ew_par *par) {
+    if (pl->nopen == GR_OPEN) {
+        int oldest = 0;
+        for (int k = 1; k < pl->nopen; k++)
+            if (pl->groups[pl->open[k]].pos < pl->groups[pl->open[oldest]].pos) oldest = k;
+        close_group(pl, oldest);
+    }
+    int g = pl->ngroups;
+    agroup *ag = &pl->groups[g];
+    memset(ag, 0, sizeof *ag);
+    ag->pos = i;
+    ag->b.nodes = pl->gr->nodes;
+    ag->b.map = &pl->map;
+    build_reset(&ag->b);
+    if (!try_join(&ag->b, i, par) || !add_member(ag, i)) {
+        build_free(&ag->b);
+        free(ag->members);
+        return; /* runs alone */
+    }
+    ag->open = true;
+    pl->ngroups++;
+    pl->open[pl->nopen++] = g;
+    pl->group_of[i] = g;
+}
+
+static void phase_a(planner *pl, const bool *fus, const tpu_ew_par *par) {
+    const tpu_graph *gr = pl->gr;
+    for (int i = 0; i < gr->n; i++) {
+        const tpu_kargs *a = &gr->nodes[i];
+        pl->group_of[i] = -1;
+        pl->eff_pos[i] = i;
+        if (fus[i]) {
+            int cand[4], nc = 0; /* producers' groups first, then the previous node's */
+            for (int j = 1; j < a->n && nc < 3; j++) {
+                if (a->t[j].is_scalar) continue;
+                int w = pm_get(&pl->last_writer, a->t[j].base, 0) - 1;
+                if (w >= 0 && pl->group_of[w] >= 0) cand[nc++] = pl->group_of[w];
+            }
+            if (i > 0 && pl->group_of[i - 1] >= 0) cand[nc++] = pl->group_of[i - 1];
+            bool joined = false;
+            for (int c = 0; c < nc && !joined; c++) {
+                bool seen = false;
+                for (int d = 0; d < c; d++) seen = seen || cand[d] == cand[c];
+                joined = !seen && join(pl, cand[c], i, &par[i]);
+            }
+            if (!joined) open_group(pl, i, &par[i]);
+        }
+        int nout = tpu_op_infos[a->op].nout;
+        for (int k = 0; k < nout && k < a->n; k++)
+            if (!a->t[k].is_scalar && a->t[k].base) pm_put(&pl->last_writer, a->t[k].base, i + 1);
+    }
+    while (pl->nopen) close_group(pl, 0);
+}
+
+/* The plan of graph gr (steps, groups, which results are stored), without
+ * the nodes or the list of storages written (plan_bind adds those). */
+static tpu_gprog *plan_fresh(const tpu_graph *gr) {
+    int n = gr->n, n1 = n ? n : 1;
+    tpu_gprog *p = calloc(1, sizeof *p);
+    planner pl = {0};
+    pl.gr = gr;
+    gbuild b = {0};
+    ptrmap freed = {0}, last_read = {0};
+    tpu_ew_par *par = malloc((size_t)n1 * sizeof *par);
+    bool *fus = malloc((size_t)n1 * sizeof *fus);
+    pl.group_of = malloc((size_t)n1 * sizeof *pl.group_of);
+    pl.eff_pos = malloc((size_t)n1 * sizeof *pl.eff_pos);
+    pl.groups = malloc((size_t)n1 * sizeof *pl.groups);
+    bool ok = p && par && fus && pl.group_of && pl.eff_pos && pl.groups;
+    ok = ok && pair_init(&pl.map, 16 * (size_t)n1) && pm_init(&pl.last_writer, (size_t)n1 * TPU_MAX_OPERANDS);
+    if (ok) {
+        p->steps = malloc((size_t)n1 * sizeof *p->steps);
+        p->groups = calloc((size_t)n1, sizeof *p->groups);
+        p->order = malloc((size_t)n1 * sizeof *p->order);
+        p->node_step = malloc((size_t)n1 * sizeof *p->node_step);
+        p->node_store = calloc((size_t)n1, 1);
+        ok = p->steps && p->groups && p->order && p->node_step && p->node_store;
+        ok = ok && pm_init(&freed, (size_t)gr->nfreed) && pm_init(&last_read, (size_t)n1 * TPU_MAX_OPERANDS);
+    }
+    if (!ok) goto oom;
+
+    /* 1. Groups (phase A), then steps in the order they run: a group at its first node. */
+    for (int i = 0; i < n; i++) fus[i] = fusible(&gr->nodes[i], &par[i]);
+    phase_a(&pl, fus, par);
+    int norder = 0;
+    for (int i = 0; i < n; i++) {
+        int g = pl.group_of[i];
+        if (g >= 0 && pl.groups[g].n > 1 && pl.groups[g].pos != i) continue; /* runs with its group */
+        gr_step *s = &p->steps[p->nsteps];
+        if (g >= 0 && pl.groups[g].n > 1) {
+            *s = (gr_step){norder, pl.groups[g].n, -2 - g}; /* (planner group, resolved below) */
+            for (int m = 0; m < pl.groups[g].n; m++) p->order[norder++] = pl.groups[g].members[m];
+        } else {
+            *s = (gr_step){norder, 1, -1};
+            p->order[norder++] = i;
+        }
+        for (int m = s->first; m < s->first + s->count; m++) p->node_step[p->order[m]] = p->nsteps;
+        p->nsteps++;
+    }
+
+    /* 2. Liveness: storages freed while recorded, and the last step reading each. */
+    for (int f = 0; f < gr->nfreed; f++) pm_put(&freed, gr->freed[f], 1);
+    for (int st = 0; st < p->nsteps; st++) {
+        gr_step *s = &p->steps[st];
+        for (int m = s->first; m < s->first + s->count; m++) {
+            const tpu_kargs *a = &gr->nodes[p->order[m]];
+            int k0 = s->count > 1 ? 1 : 0; /* a kernel may read its outputs too (in place, accumulate) */
+            for (int k = k0; k < a->n; k++)
+                if (!a->t[k].is_scalar && a->t[k].base) pm_put(&last_read, a->t[k].base, st);
+        }
+    }
+
+    /* 3. Groups: rebuild each (same joins as phase A), decide stores, allocate slots. */
+    b.nodes = gr->nodes;
+    b.map = &pl.map;
+    for (int st = 0; st < p->nsteps; st++) {
+        gr_step *s = &p->steps[st];
+        for (int m = s->first; m < s->first + s->count; m++) p->node_store[p->order[m]] = 1;
+        if (s->group == -1) continue;
+        build_reset(&b);
+        for (int m = s->first; m < s->first + s->count; m++) try_join(&b, p->order[m], &par[p->order[m]]);
+        if (b.nops != s->count) goto oom; /* (the shared map ran full: cannot happen at 16 keys per node) */
+        decide_stores(&b, st, &freed, &last_read);
+        if (!finish_group(&b, &p->groups[p->ngroups])) goto oom;
+        s->group = p->ngroups++;
+        p->info.groups++;
+        p->info.fused_nodes += s->count;
+        const gr_group *g = &p->groups[s->group];
+        for (int m = 0; m < s->count; m++) {
+            p->node_store[g->ops[m].node] = g->ops[m].store >= 0;
+            p->info.dead_results += g->ops[m].store < 0;
+        }
+    }
+    p->info.nodes = n;
+    p->info.steps = p->nsteps;
+    goto done;
+
+oom:
+    if (p) prog_free_parts(p);
+    free(p);
+    p = NULL;
+done:
+    for (int g = 0; pl.groups && g < pl.ngroups; g++) {
+        build_free(&pl.groups[g].b);
+        free(pl.groups[g].members);
+    }
+    build_free(&b);
+    free(pl.groups);
+    free(pl.group_of);
+    free(pl.eff_pos);
+    pair_free(&pl.map);
+    pm_free(&pl.last_writer);
+    pm_free(&freed);
+    pm_free(&last_read);
+    free(par);
+    free(fus);
+    return p;
+}
+
+/* A deep copy of plan t (no nodes, no stores). */
+static tpu_gprog *plan_clone(const tpu_gprog *t) {
+    tpu_gprog *p = calloc(1, sizeof *p);
+    if (!p) return NULL;
+    int n = t->info.nodes ? t->info.nodes : 1;
+    p->nsteps = t->nsteps;
+    p->ngroups = t->ngroups;
+    p->info = t->info;
+    p->steps = malloc((size_t)(t->nsteps ? t->nsteps : 1) * sizeof *p->steps);
+    p->groups = calloc((size_t)(t->ngroups ? t->ngroups : 1), sizeof *p->groups);
+    p->node_step = malloc((size_t)n * sizeof *p->node_step);
+    p->node_store = malloc((size_t)n);
+    p->order = malloc((size_t)n * sizeof *p->order);
+    bool ok = p->steps && p->groups && p->node_step && p->node_store && p->order;
+    for (int i = 0; ok && i < t->ngroups; i++) {
+        const gr_group *s = &t->groups[i];
+        gr_group *d = &p->groups[i];
+        *d = *s;
+        d->ops = NULL, d->cst = NULL, d->mem = NULL; /* (not the template's, if a malloc below fails) */
+        d->ops = malloc((size_t)s->nops * sizeof *d->ops);
+        d->cst = malloc((size_t)(s->ncst ? s->ncst : 1) * sizeof *d->cst);
+        d->mem = malloc((size_t)(s->nmem ? s->nmem : 1) * sizeof *d->mem);
+        ok = d->ops && d->cst && d->mem;
+        if (!ok) break;
+        memcpy(d->ops, s->ops, (size_t)s->nops * sizeof *d->ops);
+        memcpy(d->cst, s->cst, (size_t)s->ncst * sizeof *d->cst);
+        memcpy(d->mem, s->mem, (size_t)s->nmem * sizeof *d->mem);
+    }
+    if (!ok) {
+        tpu_gprog_free(p);
+        return NULL;
+    }
+    memcpy(p->steps, t->steps, (size_t)t->nsteps * sizeof *p->steps);
+    memcpy(p->node_step, t->node_step, (size_t)t->info.nodes * sizeof *p->node_step);
+    memcpy(p->node_store, t->node_store, (size_t)t->info.nodes);
+    memcpy(p->order, t->order, (size_t)t->info.nodes * sizeof *p->order);
+    return p;
+}
+
+/* Give plan p the graph's nodes (gr is left empty) and list the storages
+ * it writes; `refresh`: recompute each fused op's parameters from its node
+ * (a cached plan meets new parameter values). */
+static bool plan_bind(tpu_gprog *p, tpu_graph *gr, bool refresh) {
+    int n = gr->n;
+    ptrmap seen;
+    p->stores = malloc((size_t)(n ? n : 1) * TPU_MAX_OPERANDS * sizeof *p->stores);
+    if (!p->stores || !pm_init(&seen, (size_t)n * TPU_MAX_OPERANDS)) {
+        pm_free(&seen);
+        return false;
+    }
+    for (int st = 0; st < p->nsteps; st++) {
+        const gr_step *s = &p->steps[st];
+        for (int m = s->first; m < s->first + s->count; m++) {
+            int i = p->order[m];
+            const tpu_kargs *a = &gr->nodes[i];
+            if (refresh && s->group >= 0 && !is_random(a->op))
+                tpu_ew_prepare_f(a, &p->groups[s->group].ops[m - s->first].par);
+            if (!p->node_store[i]) continue;
+            int nout = s->group >= 0 ? 1 : tpu_op_infos[a->op].nout;
+            for (int k = 0; k < nout && k < a->n; k++) {
+                void *base = a->t[k].base;
+                if (a->t[k].is_scalar || !base || pm_get(&seen, base, 0)) continue;
+                pm_put(&seen, base, 1);
+                p->stores[p->nstores++] = base;
+            }
+        }
+    }
+    pm_free(&seen);
+    p->nodes = gr->nodes;
+    p->n = n;
+    gr->nodes = NULL;
+    gr->n = gr->cap = 0;
+    gr->nfreed = 0;
+    gr->out_bytes = 0;
+    return true;
+}
+
+/* ---- the plan cache ----
+ * A plan depends on the graph's structure only: per node the op, operand
+ * count and compute dtype, per operand whether it is a host scalar, else
+ * its dtype, rank, sizes, strides, offset and which storage it views (the
+ * storage's order of first appearance, not its address); and which of
+ * those storages were freed. That sequence of words is the key; its hash
+ * finds the entry and the whole key is compared, so a hit is exact. */
+
+#define GR_CACHE_ENTRIES 32
+#define GR_CACHE_MAX_KEY (1u << 20) /* words: larger windows are planned every time */
+
+typedef struct gr_cache_entry {
+    uint64_t hash, stamp;
+    uint64_t *key;
+    size_t len;
+    tpu_gprog *plan;
+} gr_cache_entry;
+
+static pthread_mutex_t cache_mu = PTHREAD_MUTEX_INITIALIZER;
+static gr_cache_entry cache[GR_CACHE_ENTRIES];
+static uint64_t cache_clock;
+
+typedef struct keybuf {
+    uint64_t *w;
+    size_t n, cap;
+    bool bad;
+} keybuf;
+
+static void kput(keybuf *k, uint64_t v) {
+    if (k->bad) return;
+    if (k->n == k->cap) {
+        size_t cap = k->cap ? 2 * k->cap : 1024;
+        uint64_t *w = cap <= GR_CACHE_MAX_KEY ? realloc(k->w, cap * sizeof *w) : NULL;
+        if (!w) {
+            k->bad = true;
+            return;
+        }
+        k->w = w;
+        k->cap = cap;
+    }
+    k->w[k->n++] = v;
+}
+
+/* The key of gr (NULL if too large or no host memory). */
+static uint64_t *plan_key(const tpu_graph *gr, size_t *len, uint64_t *hash) {
+    keybuf k = {0};
+    ptrmap ord;
+    if (!pm_init(&ord, (size_t)gr->n * TPU_MAX_OPERANDS + 1)) {
+        pm_free(&ord);
+        return NULL;
+    }
+    int next = 1;
+    for (int i = 0; i < gr->n && !k.bad; i++) {
+        const tpu_kargs *a = &gr->nodes[i];
+        kput(&k, (uint64_t)a->op | (uint64_t)a->n << 16 | (uint64_t)(uint32_t)a->p.compute_dtype << 32);
+        for (int j = 0; j < a->n; j++) {
+            const tpu_tensor *t = &a->t[j];
+            if (t->is_scalar) {
+                kput(&k, ~(uint64_t)0);
+                continue;
+            }
+            int o = pm_get(&ord, t->base, 0);
+            if (!o) pm_put(&ord, t->base, o = next++);
+            kput(&k, (uint64_t)o | (uint64_t)(uint32_t)t->dtype << 32 | (uint64_t)(uint32_t)t->ndim << 48);
+            kput(&k, (uint64_t)t->offset);
+            for (int d = 0; d < t->ndim; d++) {
+                kput(&k, (uint64_t)t->sizes[d]);
+                kput(&k, (uint64_t)t->strides[d]);
+            }
+        }
+    }
+    kput(&k, ~(uint64_t)1);
+    for (int f = 0; f < gr->nfreed; f++) kput(&k, (uint64_t)pm_get(&ord, gr->freed[f], 0));
+    pm_free(&ord);
+    if (k.bad) {
+        free(k.w);
+        return NULL;
+    }
+    uint64_t h = 1469598103934665603ull; /* FNV-1a over the words */
+    for (size_t i = 0; i < k.n; i++) h = (h ^ k.w[i]) * 1099511628211ull;
+    *len = k.n;
+    *hash = h;
+    return k.w;
+}
+
+/* A copy of the cached plan for key, or NULL. */
+static tpu_gprog *cache_find(uint64_t hash, const uint64_t *key, size_t len) {
+    tpu_gprog *p = NULL;
+    pthread_mutex_lock(&cache_mu);
+    for (int i = 0; i < GR_CACHE_ENTRIES; i++) {
+        gr_cache_entry *e = &cache[i];
+        if (e->plan && e->hash == hash && e->len == len && memcmp(e->key, key, len * sizeof *key) == 0) {
+            e->stamp = ++cache_clock;
+            p = plan_clone(e->plan);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&cache_mu);
+    return p;
+}
+
+/* Keep a copy of plan p under key (takes key); evicts the least recently used entry. */
+static void cache_insert(uint64_t hash, uint64_t *key, size_t len, const tpu_gprog *p) {
+    tpu_gprog *copy = plan_clone(p);
+    if (!copy) {
+        free(key);
+        return;
+    }
+    pthread_mutex_lock(&cache_mu);
+    int victim = 0;
+    for (int i = 1; i < GR_CACHE_ENTRIES; i++)
+        if (cache[i].stamp < cache[victim].stamp) victim = i;
+    gr_cache_entry *e = &cache[victim];
+    tpu_gprog *old = e->plan;
+    uint64_t *oldkey = e->key;
+    *e = (gr_cache_entry){hash, ++cache_clock, key, len, copy};
+    pthread_mutex_unlock(&cache_mu);
+    tpu_gprog_free(old);
+    free(oldkey);
+}
+
+tpu_gprog *tpu_graph_compile(tpu_graph *gr) {
+    size_t len = 0;
+    uint64_t hash = 0;
+    uint64_t *key = plan_key(gr, &len, &hash);
+    tpu_gprog *p = key ? cache_find(hash, key, len) : NULL;
+    bool hit = p != NULL;
+    if (!p) p = plan_fresh(gr);
+    if (p && !hit && key) {
+        cache_insert(hash, key, len, p);
+        key = NULL;
+    }
+    free(key);
+    if (p) p->info.cache_hit = hit;
+    if (!p || !plan_bind(p, gr, hit)) {
+        tpu_gprog_free(p);
+        tpu_set_error(TPU_ERROR_OUT_OF_MEMORY, "out of host memory compiling a graph of %d nodes", gr->n);
+        return NULL;
+    }
+    return p;
+}
+
+tpu_gprog_info tpu_gprog_get_info(const tpu_gprog *p) { return p->info; }
+
+void tpu_gprog_foreach_store(const tpu_gprog *p, void (*fn)(void *user, void *base), void *user) {
+    for (int i = 0; i < p->nstores; i++) fn(user, p->stores[i]);
+}
+
+tpu_status tpu_gprog_run(tpu_gprog *p, char *err, size_t errlen) {
+    tpu_status first = TPU_OK;
+    for (int st = 0; st < p->nsteps; st++) {
+        const gr_step *s = &p->steps[st];
+        if (s->group >= 0) {
+            tpu_status gs = tpu_gr_run_group(p, &p->groups[s->group]);
+            if (gs && !first) {
+                first = TPU_ERROR_KERNEL;
+                snprintf(err, errlen, "tpu fused group of %d ops (from '%s') failed: out of host memory", s->count,
+                         tpu_op_name(p->nodes[p->order[s->first]].op));
+            }
+            continue;
+        }
+        tpu_kargs *a = &p->nodes[p->order[s->first]];
+        a->err[0] = 0;
+        tpu_status ks = tpu_kernel_run(a);
+        if (ks && !first) {
+            first = TPU_ERROR_KERNEL;
+            snprintf(err, errlen, "tpu kernel '%s' failed: %s", tpu_op_name(a->op),
+                     a->err[0] ? a->err : tpu_status_name(ks));
+        }
+    }
+    return first;
+}
+
+void tpu_gprog_dump(const tpu_gprog *p, FILE *f) {
+    fprintf(f, "tpu fused window: %d nodes, %d steps, %d fused groups (%d nodes), %lld results never stored\n",
+            p->info.nodes, p->info.steps, p->info.groups, p->info.fused_nodes, (long long)p->info.dead_results);
+    for (int i = 0; i < p->n; i++) {
+        const tpu_kargs *a = &p->nodes[i];
+        const gr_step *s = &p->steps[p->node_step[i]];
+        fprintf(f, "  %4d %-18s %-8s [", i, tpu_op_name(a->op), tpu_dtype_name((tpu_dtype)a->t[0].dtype));
+        for (int d = 0; d < a->t[0].ndim; d++) fprintf(f, d ? ", %lld" : "%lld", (long long)a->t[0].sizes[d]);
+        fprintf(f, "]  step %d %s %s\n", p->node_step[i], s->group >= 0 ? "fused" : "kernel",
+                p->node_store[i] ? "stored" : "dead");
+    }
+}

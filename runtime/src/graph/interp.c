@@ -1,0 +1,218 @@
+/* interp.c - the block interpreter: runs a fused group over its iteration
+ * space in tiles of TPU_TILE elements, on the compute pool.
+ *
+ * The group's memory operands are coalesced together (size-1 dims dropped,
+ * dims contiguous across every operand merged), as one launch's operands
+ * are in elementwise.c, then the space is cut into blocks of GR_GRAIN
+ * elements for tpu_parallel_for. Each block walks its rows a tile at a time
+ * and runs the group's ops in order on tile-sized slots: loads convert any
+ * dtype and stride into float32 (the tile layer), the op is its ops.def
+ * expression (tpu_ew_tile_f, the fast kernel's own code), the result is
+ * rounded to its dtype, and stored if the group decided it reaches memory. */
+#include "graph/prog-impl.h"
+#include "kernels/tile-impl.h"
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GR_GRAIN 16384 /* elements per parallel block */
+
+typedef struct gr_run {
+    const gr_group *g;
+    const tpu_kargs *nodes;
+    int nd;
+    int64_t numel;
+    int64_t sz[TPU_MAX_DIMS];
+    /* per memory operand (g->nmem of each): */
+    int64_t (*st)[TPU_MAX_DIMS];
+    char **base; /* element 0 */
+    tpu_dtype *dt;
+    size_t *esz;
+    atomic_bool oom; /* a block found no host memory for its slots */
+} gr_run;
+
+/* Round a tile to dt as a store to dt and a load back would. */
+static TPU_TARGET_CLONES void gr_round(float *restrict v, tpu_dtype dt) {
+    switch (dt) {
+    case TPU_BF16:
+        for (int i = 0; i < TPU_TILE; i += 16) {
+            vf16 x;
+            uint16_t h[16];
+            memcpy(&x, v + i, sizeof x);
+            tpu_tile_vstore_bf16x16(h, &x);
+            tpu_tile_vload_bf16x16(&x, h);
+            memcpy(v + i, &x, sizeof x);
+        }
+        break;
+    case TPU_F16:
+        for (int i = 0; i < TPU_TILE; i++) v[i] = tpu_tile_f16_to_f32(tpu_tile_f32_to_f16(v[i]));
+        break;
+    case TPU_BOOL: /* nonzero (NaN included) -> 1 */
+        for (int i = 0; i < TPU_TILE; i++) v[i] = v[i] != 0.0f ? 1.0f : 0.0f;
+        break;
+    default: break;
+    }
+}
+
+/* A random fill's tile: elements pos .. pos + len of its output, each from
+ * (seed, offset, element index) exactly as the random kernel draws it. */
+static void gr_random(const tpu_kargs *a, float *out, int64_t pos, int len) {
+    double p = a->op != TPU_OP_RAND_BERNOULLI ? 0.0 : a->n > 1 ? a->t[1].f : tpu_unpack_RAND_BERNOULLI(&a->p).p;
+    tpu_rand_cache cache;
+    memset(&cache, 0, sizeof cache);
+    for (int j = 0; j < len; j++) {
+        double fv = 0;
+        int64_t iv = 0;
+        tpu_random_element(a, pos + j, &cache, p, &fv, &iv);
+        out[j] = (float)fv;
+    }
+    for (int j = len; j < TPU_TILE; j++) out[j] = 0.0f;
+}
+
+/* One tile: len elements starting `inner` into the current row, `pos` into
+ * the iteration space (row-major: the outputs' element index). */
+static void gr_tile(const gr_run *r, float *S, const int64_t *off, int64_t inner, int len, int64_t pos) {
+    const gr_group *g = r->g;
+    for (int i = 0; i < g->nops; i++) {
+        const gr_op *o = &g->ops[i];
+        for (int j = 0; j < o->nin; j++) {
+            int m = o->load[j];
+            if (m < 0) continue;
+            int64_t s = r->st[m][r->nd - 1];
+            float *dst = S + (size_t)o->in[j] * TPU_TILE;
+            tpu_tile_load_f32(dst, r->base[m] + (size_t)(off[m] + inner * s) * r->esz[m], s, len, r->dt[m]);
+            if (len < TPU_TILE) memset(dst + len, 0, (size_t)(TPU_TILE - len) * sizeof *dst);
+        }
+        if (o->skip) continue;
+        float *out = S + (size_t)o->out * TPU_TILE;
+        if (o->random)
+            gr_random(&r->nodes[o->node], out, pos, len);
+        else
+            tpu_ew_tile_f(r->nodes[o->node].op, out, S + (size_t)o->in[0] * TPU_TILE, S + (size_t)o->in[1] * TPU_TILE,
+                          S + (size_t)o->in[2] * TPU_TILE, &o->par);
+        gr_round(out, o->round);
+        if (o->store >= 0) {
+            int m = o->store;
+            int64_t s = r->st[m][r->nd - 1];
+            tpu_tile_store_f32(r->base[m] + (size_t)(off[m] + inner * s) * r->esz[m], s, out, len, r->dt[m]);
+        }
+    }
+}
+
+/* Output elements [lo, hi) in row-major order (as ew_run_range). */
+static void gr_range(const gr_run *r, float *S, int64_t *off, int64_t lo, int64_t hi) {
+    int nd = r->nd, nm = r->g->nmem;
+    int64_t n0 = r->sz[nd - 1], rest = lo / n0, inner = lo % n0;
+    int64_t idx[TPU_MAX_DIMS] = {0};
+    memset(off, 0, (size_t)nm * sizeof *off);
+    for (int d = nd - 2; d >= 0; d--) {
+        idx[d] = rest % r->sz[d];
+        rest /= r->sz[d];
+    }
+    for (int m = 0; m < nm; m++)
+        for (int d = 0; d < nd - 1; d++) off[m] += idx[d] * r->st[m][d];
+    for (int64_t pos = lo; pos < hi;) {
+        int64_t len = n0 - inner < hi - pos ? n0 - inner : hi - pos;
+        if (len > TPU_TILE) len = TPU_TILE;
+        gr_tile(r, S, off, inner, (int)len, pos);
+        pos += len;
+        inner += len;
+        if (inner < n0) continue;
+        inner = 0;
+        for (int d = nd - 2; d >= 0; d--) {
+            for (int m = 0; m < nm; m++) off[m] += r->st[m][d];
+            if (++idx[d] < r->sz[d]) break;
+            for (int m = 0; m < nm; m++) off[m] -= idx[d] * r->st[m][d];
+            idx[d] = 0;
+        }
+    }
+}
+
+static void gr_blocks(void *ctx, int64_t b0, int64_t b1) {
+    gr_run *r = ctx;
+    const gr_group *g = r->g;
+    _Alignas(64) float stack_slots[16 * TPU_TILE];
+    int64_t stack_off[32];
+    float *S = g->nslots <= 16 ? stack_slots : aligned_alloc(64, (size_t)g->nslots * TPU_TILE * sizeof(float));
+    int64_t *off = g->nmem <= 32 ? stack_off : malloc((size_t)g->nmem * sizeof *off);
+    if (!S || !off) {
+        if (S != stack_slots) free(S);
+        if (off != stack_off) free(off);
+        atomic_store(&r->oom, true);
+        return;
+    }
+    memset(S, 0, TPU_TILE * sizeof *S); /* slot 0: zeros */
+    for (int c = 0; c < g->ncst; c++) {
+        float v = (float)r->nodes[g->cst[c].node].t[g->cst[c].k].f;
+        float *d = S + (size_t)g->cst[c].slot * TPU_TILE;
+        for (int i = 0; i < TPU_TILE; i++) d[i] = v;
+    }
+    for (int64_t blk = b0; blk < b1; blk++) {
+        int64_t lo = blk * GR_GRAIN, hi = lo + GR_GRAIN < r->numel ? lo + GR_GRAIN : r->numel;
+        gr_range(r, S, off, lo, hi);
+    }
+    if (S != stack_slots) free(S);
+    if (off != stack_off) free(off);
+}
+
+/* Drop size-1 dims and merge dims contiguous across every memory operand. */
+static void gr_coalesce(gr_run *r, const tpu_tensor *o) {
+    const gr_group *g = r->g;
+    int nd = 0;
+    r->numel = 1;
+    for (int d = 0; d < o->ndim; d++) {
+        r->numel *= o->sizes[d];
+        if (o->sizes[d] == 1) continue;
+        for (int m = 0; m < g->nmem; m++) {
+            const tpu_tensor *t = &r->nodes[g->mem[m].node].t[g->mem[m].k];
+            r->st[m][nd] = t->ndim != o->ndim ? 0 : t->strides[d]; /* as elementwise.c: another rank broadcasts */
+        }
+        r->sz[nd] = o->sizes[d];
+        if (nd > 0) {
+            bool merge = true;
+            for (int m = 0; m < g->nmem; m++) merge = merge && r->st[m][nd - 1] == r->st[m][nd] * r->sz[nd];
+            if (merge) {
+                r->sz[nd - 1] *= r->sz[nd];
+                for (int m = 0; m < g->nmem; m++) r->st[m][nd - 1] = r->st[m][nd];
+                continue;
+            }
+        }
+        nd++;
+    }
+    if (nd == 0) {
+        r->sz[0] = 1;
+        for (int m = 0; m < g->nmem; m++) r->st[m][0] = 0;
+        nd = 1;
+    }
+    r->nd = nd;
+}
+
+tpu_status tpu_gr_run_group(const tpu_gprog *p, const gr_group *g) {
+    gr_run *r = malloc(sizeof *r);
+    size_t nm = (size_t)(g->nmem ? g->nmem : 1);
+    void *arrays = malloc(nm * (sizeof *r->st + sizeof *r->base + sizeof *r->dt + sizeof *r->esz));
+    if (!r || !arrays) {
+        free(r);
+        free(arrays);
+        return TPU_ERROR_OUT_OF_MEMORY;
+    }
+    r->st = arrays; /* int64 rows first: every part stays aligned */
+    r->base = (char **)(r->st + nm);
+    r->esz = (size_t *)(r->base + nm);
+    r->dt = (tpu_dtype *)(r->esz + nm);
+    r->g = g;
+    atomic_init(&r->oom, false);
+    r->nodes = p->nodes;
+    for (int m = 0; m < g->nmem; m++) {
+        const tpu_tensor *t = &p->nodes[g->mem[m].node].t[g->mem[m].k];
+        r->dt[m] = (tpu_dtype)t->dtype;
+        r->esz[m] = tpu_dtype_size(r->dt[m]);
+        r->base[m] = (char *)t->base + (size_t)t->offset * r->esz[m];
+    }
+    gr_coalesce(r, &p->nodes[g->ops[0].node].t[0]);
+    if (r->numel > 0) tpu_parallel_for((r->numel + GR_GRAIN - 1) / GR_GRAIN, 1, gr_blocks, r);
+    bool oom = atomic_load(&r->oom);
+    free(arrays);
+    free(r);
+    return oom ? TPU_ERROR_OUT_OF_MEMORY : TPU_OK;
+}

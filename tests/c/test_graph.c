@@ -1,0 +1,471 @@
+/* test_graph.c - Fused Eager through the public API: every fusible op and
+ * float dtype gives, fused, the bits Strict Eager gives; chains with
+ * broadcasts, host scalars, casts and in-place ops; views that must not
+ * fuse; flush points; lazily bound memory (dead intermediates never
+ * counted, is_materialized); memory pressure; kernel errors inside a window. */
+#define _GNU_SOURCE
+#include "tpu/tpu.h"
+#include "base/base-impl.h" /* tpu_op_infos: the op table */
+#include "test.h"
+#include <math.h>
+#include <stdint.h>
+
+static uint64_t rng_s = 0x9E3779B97F4A7C15ull;
+static double urand(double lo, double hi) {
+    rng_s ^= rng_s << 13;
+    rng_s ^= rng_s >> 7;
+    rng_s ^= rng_s << 17;
+    return lo + (hi - lo) * (double)(rng_s >> 11) * 0x1.0p-53;
+}
+
+/* A device tensor with host contents of dtype dt (float values converted). */
+static tpu_tensor dev_tensor(tpu_dtype dt, int nd, const int64_t *sz, const double *vals) {
+    tpu_tensor t;
+    tpu_tensor_contiguous(&t, NULL, dt, nd, sz);
+    int64_t n = tpu_tensor_numel(&t);
+    size_t es = tpu_dtype_size(dt);
+    void *d = NULL;
+    CHECK_OK(tpu_malloc(0, t.nbytes ? t.nbytes : 1, NULL, &d));
+    t.base = d;
+    if (vals) {
+        unsigned char *h = malloc((size_t)n * es);
+        for (int64_t i = 0; i < n; i++) {
+            double v = vals[i];
+            switch (dt) {
+            case TPU_F32: ((float *)h)[i] = (float)v; break;
+            case TPU_F64: ((double *)h)[i] = v; break;
+            case TPU_F16: {
+                _Float16 x = (_Float16)(float)v;
+                memcpy(h + 2 * i, &x, 2);
+                break;
+            }
+            case TPU_BF16: {
+                float f = (float)v;
+                uint32_t u;
+                memcpy(&u, &f, 4);
+                uint16_t b = (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+                if (isnan(f)) b = (uint16_t)((u >> 16) | 0x40);
+                memcpy(h + 2 * i, &b, 2);
+                break;
+            }
+            case TPU_BOOL: h[i] = v != 0; break;
+            default: ((int64_t *)h)[i] = (int64_t)v; break; /* I64 only in these tests */
+            }
+        }
+        CHECK_OK(tpu_memcpy(d, h, (size_t)n * es, TPU_COPY_H2D, NULL));
+        free(h);
+    }
+    return t;
+}
+
+static unsigned char *download(const tpu_tensor *t) {
+    size_t bytes = (size_t)tpu_tensor_numel(t) * tpu_dtype_size((tpu_dtype)t->dtype);
+    unsigned char *h = calloc(1, bytes ? bytes : 1);
+    CHECK_OK(tpu_memcpy(h, t->base, bytes, TPU_COPY_D2H, NULL));
+    return h;
+}
+
+static tpu_tensor like(const tpu_tensor *t, tpu_dtype dt) { return dev_tensor(dt, t->ndim, t->sizes, NULL); }
+
+static void launch(tpu_op op, tpu_tensor *ops, int n, tpu_params p, tpu_dtype compute) {
+    p.compute_dtype = compute;
+    CHECK_OK(tpu_launch(NULL, op, ops, n, &p));
+}
+
+/* The first test values of op's parameters (PF(slot, name, first, second) in ops.def). */
+static const char *const params_text[TPU_OP_COUNT] = {
+#define TPU_OP(e, name, fam, nout, nmin, nmax, dtypes, cls, params, ...) #params,
+#include "tpu/ops.def"
+#undef TPU_OP
+};
+static tpu_params test_params(tpu_op op) {
+    tpu_params p;
+    memset(&p, 0, sizeof p);
+    int slot;
+    double t0, t1;
+    for (const char *q = params_text[op]; (q = strstr(q, "PF(")) != NULL; q += 3)
+        if (sscanf(q + 3, "%d , %*[A-Za-z_0-9] , %lf , %lf", &slot, &t0, &t1) == 3) p.f[slot] = t0;
+    return p;
+}
+
+static int fusible_kind(tpu_op op) {
+    const tpu_op_info *in = &tpu_op_infos[op];
+    if (tpu_op_family_of(op) != TPU_FAM_EW || in->cls < TPU_CLASS_UNARY || in->cls > TPU_CLASS_TERNARY) return 0;
+    return (in->dtypes & DT_FLOAT) ? 1 : 0;
+}
+
+/* ---- every fusible op, every float dtype: fused == strict, bit for bit ---- */
+
+/* out = op(op(x, y, z), y, z) with the intermediate freed before the sync. */
+static unsigned char *run_op_chain(tpu_op op, tpu_dtype dt, tpu_eager_mode mode, const double *xv, const double *yv,
+                                   const double *zv, size_t *bytes) {
+    CHECK_OK(tpu_set_eager_mode(mode));
+    int64_t sz[2] = {7, 150}; /* 1050 elements: full and partial tiles */
+    const tpu_op_info *in = &tpu_op_infos[op];
+    int nin = in->nin_min;
+    tpu_dtype odt = (in->dtypes & DT_PRED) ? TPU_BOOL : dt;
+    tpu_tensor x = dev_tensor(dt, 2, sz, xv), y = dev_tensor(dt, 2, sz, yv), z = dev_tensor(dt, 2, sz, zv);
+    tpu_tensor a = like(&x, odt), b = like(&x, odt);
+    tpu_params p = test_params(op);
+    tpu_tensor ops1[4] = {a, x, y, z}, ops2[4] = {b, a, y, z};
+    launch(op, ops1, 1 + nin, p, dt);
+    launch(op, ops2, 1 + nin, p, dt);
+    CHECK_OK(tpu_free(a.base));
+    CHECK_OK(tpu_stream_synchronize(tpu_stream_current(0)));
+    *bytes = (size_t)tpu_tensor_numel(&b) * tpu_dtype_size(odt);
+    unsigned char *h = download(&b);
+    CHECK_OK(tpu_free(x.base));
+    CHECK_OK(tpu_free(y.base));
+    CHECK_OK(tpu_free(z.base));
+    CHECK_OK(tpu_free(b.base));
+    return h;
+}
+
+static void test_every_fusible_op_matches_strict(void) {
+    enum { N = 7 * 150 };
+    static double xv[N], yv[N], zv[N];
+    const double specials[] = {0.0, -0.0, 1.0, -1.0, NAN, INFINITY, -INFINITY, 0.5};
+    for (int i = 0; i < N; i++) {
+        xv[i] = i < 8 ? specials[i] : urand(-3, 3);
+        yv[i] = i % 97 == 5 ? 0.0 : urand(-3, 3);
+        zv[i] = urand(-1, 2);
+    }
+    const tpu_dtype dts[] = {TPU_F32, TPU_BF16, TPU_F16};
+    int nops = 0;
+    for (int op = 0; op < TPU_OP_COUNT; op++) {
+        if (!fusible_kind((tpu_op)op)) continue;
+        for (size_t d = 0; d < sizeof dts / sizeof *dts; d++) {
+            if (!(tpu_op_infos[op].dtypes & (1u << dts[d]))) continue;
+            tpu_fused_stats s0, s1;
+            size_t nb_s, nb_f;
+            unsigned char *hs = run_op_chain((tpu_op)op, dts[d], TPU_EAGER_STRICT, xv, yv, zv, &nb_s);
+            tpu_fused_get_stats(&s0);
+            unsigned char *hf = run_op_chain((tpu_op)op, dts[d], TPU_EAGER_FUSED, xv, yv, zv, &nb_f);
+            tpu_fused_get_stats(&s1);
+            CHECK_OK(tpu_set_eager_mode(TPU_EAGER_STRICT));
+            CHECK_MSG(nb_s == nb_f && memcmp(hs, hf, nb_s) == 0, "%s %s: fused result differs from strict",
+                      tpu_op_name((tpu_op)op), tpu_dtype_name(dts[d]));
+            CHECK_MSG(s1.groups_run > s0.groups_run && s1.results_never_stored > s0.results_never_stored,
+                      "%s %s: not fused (groups %llu -> %llu)", tpu_op_name((tpu_op)op), tpu_dtype_name(dts[d]),
+                      (unsigned long long)s0.groups_run, (unsigned long long)s1.groups_run);
+            free(hs);
+            free(hf);
+            nops++;
+        }
+    }
+    printf("     %d (op, dtype) pairs fused and compared\n", nops);
+    CHECK(nops > 100);
+}
+
+/* ---- a chain with broadcasts, scalars, casts, in-place ops ---- */
+
+typedef struct chain_out {
+    unsigned char *t3, *t5;
+    size_t peak_delta;
+} chain_out;
+
+static chain_out run_chain(tpu_eager_mode mode) {
+    CHECK_OK(tpu_set_eager_mode(TPU_EAGER_STRICT));
+    int64_t sz[2] = {64, 300}, bsz[1] = {300};
+    static double xv[64 * 300], bv[300];
+    for (int i = 0; i < 64 * 300; i++) xv[i] = sin(i * 0.37) * 3;
+    for (int i = 0; i < 300; i++) bv[i] = cos(i * 0.11);
+    tpu_tensor x = dev_tensor(TPU_F32, 2, sz, xv), bias = dev_tensor(TPU_F32, 1, bsz, bv);
+    CHECK_OK(tpu_device_synchronize(0));
+    tpu_mem_stats m0, m1;
+    CHECK_OK(tpu_mem_reset_peak(0));
+    CHECK_OK(tpu_mem_get_stats(0, &m0));
+    CHECK_OK(tpu_set_eager_mode(mode));
+    tpu_tensor t1 = like(&x, TPU_F32), t2 = like(&x, TPU_F32), t3 = like(&x, TPU_F32);
+    tpu_tensor t4 = like(&x, TPU_BF16), t5 = like(&x, TPU_BF16);
+    tpu_tensor bb = bias; /* broadcast over rows */
+    bb.ndim = 2;
+    bb.sizes[0] = 64;
+    bb.sizes[1] = 300;
+    bb.strides[0] = 0;
+    bb.strides[1] = 1;
+    tpu_tensor a1[] = {t1, x, tpu_tensor_scalar_f(2.0, TPU_F32)};
+    launch(TPU_OP_MUL, a1, 3, (tpu_params){0}, TPU_F32);
+    tpu_tensor a2[] = {t2, t1, bb};
+    launch(TPU_OP_ADD, a2, 3, TPU_PARAMS(ADD, .alpha = 1.0), TPU_F32);
+    tpu_tensor a3[] = {t3, t2};
+    launch(TPU_OP_SIGMOID, a3, 2, (tpu_params){0}, TPU_F32);
+    tpu_tensor a3b[] = {t3, t3, x}; /* in place: t3 += x */
+    launch(TPU_OP_ADD, a3b, 3, TPU_PARAMS(ADD, .alpha = 0.5), TPU_F32);
+    tpu_tensor a4[] = {t4, t3}; /* cast to bf16 */
+    launch(TPU_OP_COPY, a4, 2, (tpu_params){0}, TPU_BF16);
+    tpu_tensor a5[] = {t5, t4, t4};
+    launch(TPU_OP_MUL, a5, 3, (tpu_params){0}, TPU_BF16);
+    CHECK_OK(tpu_free(t1.base));
+    CHECK_OK(tpu_free(t2.base));
+    CHECK_OK(tpu_free(t4.base));
+    if (mode == TPU_EAGER_FUSED) {
+        CHECK(!tpu_mem_is_materialized(t5.base));
+        CHECK(tpu_mem_is_materialized(x.base));
+    }
+    CHECK_OK(tpu_stream_synchronize(tpu_stream_current(0)));
+    CHECK(tpu_mem_is_materialized(t5.base));
+    CHECK_OK(tpu_mem_get_stats(0, &m1));
+    chain_out r = {download(&t3), download(&t5), m1.peak_allocated - m0.allocated};
+    CHECK_OK(tpu_set_eager_mode(TPU_EAGER_STRICT));
+    CHECK_OK(tpu_free(t3.base));
+    CHECK_OK(tpu_free(t5.base));
+    CHECK_OK(tpu_free(x.base));
+    CHECK_OK(tpu_free(bias.base));
+    return r;
+}
+
+static void test_chain_broadcast_scalar_cast_inplace(void) {
+    chain_out s = run_chain(TPU_EAGER_STRICT);
+    tpu_fused_stats f0, f1;
+    tpu_fused_get_stats(&f0);
+    chain_out f = run_chain(TPU_EAGER_FUSED);
+    tpu_fused_get_stats(&f1);
+    CHECK(memcmp(s.t3, f.t3, 64 * 300 * 4) == 0);
+    CHECK(memcmp(s.t5, f.t5, 64 * 300 * 2) == 0);
+    CHECK_MSG(f1.ops_fused - f0.ops_fused == 6, "fused %llu", (unsigned long long)(f1.ops_fused - f0.ops_fused));
+    CHECK_MSG(f1.results_never_stored - f0.results_never_stored == 4, "dead %llu",
+              (unsigned long long)(f1.results_never_stored - f0.results_never_stored));
+    CHECK(f1.bytes_never_materialized - f0.bytes_never_materialized >= 2 * 64 * 300 * 4 + 64 * 300 * 2);
+    /* Strict binds all five results; fused binds only t3 and t5. */
+    CHECK_MSG(f.peak_delta < s.peak_delta && f.peak_delta <= 64 * 300 * (4 + 2) + 8192, "peak fused %zu strict %zu",
+              f.peak_delta, s.peak_delta);
+    free(s.t3);
+    free(s.t5);
+    free(f.t3);
+    free(f.t5);
+}
+
+/* ---- the plan cache: same structure, new addresses and parameters ---- */
+
+static void test_plan_cache(void) {
+    int64_t sz[1] = {3000};
+    double xv[3000];
+    for (int i = 0; i < 3000; i++) xv[i] = i * 0.5;
+    tpu_fused_stats s0, s1;
+    tpu_fused_get_stats(&s0);
+    for (int round = 0; round < 3; round++) {
+        tpu_tensor x = dev_tensor(TPU_F32, 1, sz, xv);
+        CHECK_OK(tpu_set_eager_mode(TPU_EAGER_FUSED));
+        tpu_tensor y = like(&x, TPU_F32), z = like(&x, TPU_F32);
+        double scale = 2.0 + round, alpha = 1.0 + round;
+        tpu_tensor a1[] = {y, x, tpu_tensor_scalar_f(scale, TPU_F32)};
+        launch(TPU_OP_MUL, a1, 3, (tpu_params){0}, TPU_F32);
+        tpu_tensor a2[] = {z, y, x};
+        launch(TPU_OP_ADD, a2, 3, TPU_PARAMS(ADD, .alpha = alpha), TPU_F32);
+        CHECK_OK(tpu_free(y.base));
+        float h[3000];
+        CHECK_OK(tpu_memcpy(h, z.base, sizeof h, TPU_COPY_D2H, NULL));
+        CHECK_OK(tpu_set_eager_mode(TPU_EAGER_STRICT));
+        bool ok = true;
+        for (int i = 0; i < 3000; i++) ok = ok && h[i] == (float)((float)(xv[i] * scale) + (float)(alpha * xv[i]));
+        CHECK_MSG(ok, "round %d", round);
+        CHECK_OK(tpu_free(x.base));
+        CHECK_OK(tpu_free(z.base));
+    }
+    tpu_fused_get_stats(&s1);
+    CHECK_MSG(s1.plan_cache_hits - s0.plan_cache_hits >= 2, "hits %llu misses %llu",
+              (unsigned long long)(s1.plan_cache_hits - s0.plan_cache_hits),
+              (unsigned long long)(s1.plan_cache_misses - s0.plan_cache_misses));
+}
+
+/* ---- random fills fuse with their consumers, drawing the same numbers ---- */
+
+static unsigned char *run_dropout(tpu_eager_mode mode, tpu_dtype dt, unsigned char **mask_out) {
+    CHECK_OK(tpu_set_eager_mode(mode));
+    int64_t sz[2] = {33, 257};
+    static double xv[33 * 257];
+    for (int i = 0; i < 33 * 257; i++) xv[i] = cos(i * 0.1);
+    tpu_tensor x = dev_tensor(dt, 2, sz, xv), mask = like(&x, TPU_BOOL), y = like(&x, dt), u = like(&x, dt);
+    tpu_tensor n = like(&x, TPU_F32), out = like(&x, dt);
+    tpu_tensor b[] = {mask, tpu_tensor_scalar_f(0.7, TPU_F64)};
+    launch(TPU_OP_RAND_BERNOULLI, b, 2, TPU_PARAMS(RAND_BERNOULLI, .seed = 42, .offset = 8), TPU_BOOL);
+    tpu_tensor m1[] = {y, x, mask};
+    launch(TPU_OP_MUL, m1, 3, (tpu_params){0}, dt);
+    tpu_tensor m2[] = {y, y, tpu_tensor_scalar_f(1 / 0.7, TPU_F64)};
+    launch(TPU_OP_MUL, m2, 3, (tpu_params){0}, dt);
+    tpu_tensor r1[] = {u};
+    launch(TPU_OP_RAND_UNIFORM, r1, 1, TPU_PARAMS(RAND_UNIFORM, .seed = 7, .offset = 1000, .from = -1, .to = 2), dt);
+    tpu_tensor r2[] = {n};
+    launch(TPU_OP_RAND_NORMAL, r2, 1, TPU_PARAMS(RAND_NORMAL, .seed = 7, .offset = 5000, .mean = 1, .std = 3), TPU_F32);
+    tpu_tensor a1[] = {out, y, u, n}; /* out = y + value * u * n */
+    launch(TPU_OP_ADDCMUL, a1, 4, TPU_PARAMS(ADDCMUL, .value = 0.5), dt);
+    CHECK_OK(tpu_free(u.base));
+    CHECK_OK(tpu_free(n.base));
+    unsigned char *h = download(&out);
+    *mask_out = download(&mask);
+    CHECK_OK(tpu_set_eager_mode(TPU_EAGER_STRICT));
+    tpu_tensor all[] = {x, mask, y, out};
+    for (int i = 0; i < 4; i++) CHECK_OK(tpu_free(all[i].base));
+    return h;
+}
+
+static void test_random_fuses_bit_for_bit(void) {
+    const tpu_dtype dts[] = {TPU_F32, TPU_BF16, TPU_F16};
+    for (int d = 0; d < 3; d++) {
+        unsigned char *ms, *mf;
+        tpu_fused_stats s0, s1;
+        unsigned char *s = run_dropout(TPU_EAGER_STRICT, dts[d], &ms);
+        tpu_fused_get_stats(&s0);
+        unsigned char *f = run_dropout(TPU_EAGER_FUSED, dts[d], &mf);
+        tpu_fused_get_stats(&s1);
+        size_t n = 33 * 257;
+        CHECK_MSG(memcmp(s, f, n * tpu_dtype_size(dts[d])) == 0, "%s", tpu_dtype_name(dts[d]));
+        CHECK(memcmp(ms, mf, n) == 0);
+        CHECK_MSG(s1.ops_fused - s0.ops_fused == 6, "%s: fused %llu of 6", tpu_dtype_name(dts[d]),
+                  (unsigned long long)(s1.ops_fused - s0.ops_fused));
+        free(s);
+        free(f);
+        free(ms);
+        free(mf);
+    }
+}
+
+/* ---- a result read through another view must not come from a slot ---- */
+
+static unsigned char *run_transpose(tpu_eager_mode mode) {
+    CHECK_OK(tpu_set_eager_mode(mode));
+    enum { R = 40 };
+    int64_t sz[2] = {R, R};
+    static double xv[R * R];
+    for (int i = 0; i < R * R; i++) xv[i] = i * 0.01;
+    tpu_tensor x = dev_tensor(TPU_F32, 2, sz, xv), t1 = like(&x, TPU_F32), t2 = like(&x, TPU_F32);
+    tpu_tensor a1[] = {t1, x, tpu_tensor_scalar_f(1.0, TPU_F32)};
+    launch(TPU_OP_ADD, a1, 3, TPU_PARAMS(ADD, .alpha = 1.0), TPU_F32);
+    tpu_tensor t1t = t1; /* t1.T */
+    t1t.strides[0] = 1;
+    t1t.strides[1] = R;
+    tpu_tensor a2[] = {t2, t1t, t1};
+    launch(TPU_OP_SUB, a2, 3, TPU_PARAMS(SUB, .alpha = 1.0), TPU_F32);
+    tpu_tensor a3[] = {t1, t1t, t2}; /* writes t1 while reading its transpose: must not fuse */
+    launch(TPU_OP_MUL, a3, 3, (tpu_params){0}, TPU_F32);
+    unsigned char *h = download(&t1);
+    CHECK_OK(tpu_set_eager_mode(TPU_EAGER_STRICT));
+    CHECK_OK(tpu_free(x.base));
+    CHECK_OK(tpu_free(t1.base));
+    CHECK_OK(tpu_free(t2.base));
+    return h;
+}
+
+static void test_other_views_do_not_fuse(void) {
+    unsigned char *s = run_transpose(TPU_EAGER_STRICT), *f = run_transpose(TPU_EAGER_FUSED);
+    CHECK(memcmp(s, f, 40 * 40 * 4) == 0);
+    free(s);
+    free(f);
+}
+
+/* ---- flush points ---- */
+
+static void test_flush_points(void) {
+    int64_t sz[1] = {1000};
+    tpu_tensor x = dev_tensor(TPU_F32, 1, sz, NULL), y = like(&x, TPU_F32);
+    CHECK_OK(tpu_set_eager_mode(TPU_EAGER_FUSED));
+    tpu_fused_stats s0, s1;
+    tpu_fused_get_stats(&s0);
+    tpu_tensor f[] = {x, tpu_tensor_scalar_f(3.0, TPU_F32)};
+    launch(TPU_OP_FILL, f, 2, (tpu_params){0}, TPU_F32);
+    tpu_stream_t st = tpu_stream_current(0);
+    CHECK(tpu_stream_query(st) == TPU_OK || tpu_stream_query(st) == TPU_ERROR_NOT_READY); /* query flushes */
+    tpu_tensor a[] = {y, x, x};
+    launch(TPU_OP_MUL, a, 3, (tpu_params){0}, TPU_F32);
+    tpu_event_t e;
+    CHECK_OK(tpu_event_create(false, &e));
+    CHECK_OK(tpu_event_record(e, st)); /* event record flushes */
+    CHECK_OK(tpu_event_synchronize(e));
+    launch(TPU_OP_NEG, a, 2, (tpu_params){0}, TPU_F32);
+    CHECK_OK(tpu_flush(NULL));
+    launch(TPU_OP_NEG, a, 2, (tpu_params){0}, TPU_F32);
+    CHECK_OK(tpu_set_eager_mode(TPU_EAGER_STRICT)); /* mode switch flushes */
+    float h[1000];
+    CHECK_OK(tpu_set_eager_mode(TPU_EAGER_FUSED));
+    launch(TPU_OP_NEG, a, 2, (tpu_params){0}, TPU_F32);
+    CHECK_OK(tpu_memcpy(h, y.base, sizeof h, TPU_COPY_D2H, NULL)); /* copy flushes */
+    tpu_fused_get_stats(&s1);
+    CHECK_OK(tpu_set_eager_mode(TPU_EAGER_STRICT));
+    CHECK(s1.flushes[TPU_FLUSH_QUERY] - s0.flushes[TPU_FLUSH_QUERY] == 1);
+    CHECK(s1.flushes[TPU_FLUSH_EVENT] - s0.flushes[TPU_FLUSH_EVENT] == 1);
+    CHECK(s1.flushes[TPU_FLUSH_EXPLICIT] - s0.flushes[TPU_FLUSH_EXPLICIT] == 1);
+    CHECK(s1.flushes[TPU_FLUSH_MODE_SWITCH] - s0.flushes[TPU_FLUSH_MODE_SWITCH] == 1);
+    CHECK(s1.flushes[TPU_FLUSH_COPY] - s0.flushes[TPU_FLUSH_COPY] == 1);
+    CHECK(s1.ops_recorded - s0.ops_recorded == 5);
+    CHECK(h[0] == -3.0f && h[999] == -3.0f); /* y = -x */
+    CHECK(strcmp(tpu_flush_cause_name(TPU_FLUSH_MEMORY), "memory") == 0);
+    CHECK_OK(tpu_event_destroy(e));
+    CHECK_OK(tpu_free(x.base));
+    CHECK_OK(tpu_free(y.base));
+}
+
+/* ---- memory pressure: a window whose dead intermediates exceed the chip ---- */
+
+static void test_memory_pressure_flushes(void) {
+    tpu_mem_stats m;
+    CHECK_OK(tpu_mem_get_stats(0, &m));
+    int64_t n = (int64_t)(m.capacity / 4 / sizeof(float)); /* a quarter of the chip */
+    int64_t sz[1] = {n};
+    tpu_tensor x = dev_tensor(TPU_F32, 1, sz, NULL);
+    tpu_tensor f[] = {x, tpu_tensor_scalar_f(1.0, TPU_F32)};
+    launch(TPU_OP_FILL, f, 2, (tpu_params){0}, TPU_F32);
+    CHECK_OK(tpu_set_eager_mode(TPU_EAGER_FUSED));
+    tpu_fused_stats s0, s1;
+    tpu_fused_get_stats(&s0);
+    tpu_tensor cur = x;
+    for (int i = 0; i < 12; i++) { /* 12 quarters of the chip allocated in one window */
+        tpu_tensor nx = like(&x, TPU_F32);
+        if (!nx.base) break;
+        tpu_tensor a[] = {nx, cur, tpu_tensor_scalar_f(1.0, TPU_F32)};
+        launch(TPU_OP_ADD, a, 3, TPU_PARAMS(ADD, .alpha = 1.0), TPU_F32);
+        CHECK_OK(tpu_free(cur.base));
+        cur = nx;
+    }
+    float h[4];
+    CHECK_OK(tpu_memcpy(h, cur.base, sizeof h, TPU_COPY_D2H, NULL));
+    tpu_fused_get_stats(&s1);
+    CHECK_OK(tpu_set_eager_mode(TPU_EAGER_STRICT));
+    CHECK_MSG(h[0] == 13.0f && h[3] == 13.0f, "%g", h[0]);
+    CHECK_MSG(s1.flushes[TPU_FLUSH_MEMORY] > s0.flushes[TPU_FLUSH_MEMORY],
+              "capacity %zu, flushes: copy %llu window_full %llu", m.capacity,
+              (unsigned long long)(s1.flushes[TPU_FLUSH_COPY] - s0.flushes[TPU_FLUSH_COPY]),
+              (unsigned long long)(s1.flushes[TPU_FLUSH_WINDOW_FULL] - s0.flushes[TPU_FLUSH_WINDOW_FULL]));
+    CHECK_OK(tpu_free(cur.base));
+}
+
+/* ---- a kernel error inside a window: raised at the flush's sync, device usable ---- */
+
+static void test_error_in_window(void) {
+    int64_t sz[1] = {16};
+    double xi[16], zi[16];
+    for (int i = 0; i < 16; i++) xi[i] = i + 1, zi[i] = i == 7 ? 0 : 1;
+    tpu_tensor a = dev_tensor(TPU_I64, 1, sz, xi), b = dev_tensor(TPU_I64, 1, sz, zi), q = like(&a, TPU_I64);
+    tpu_tensor x = dev_tensor(TPU_F32, 1, sz, xi), y = like(&x, TPU_F32), w = like(&x, TPU_F32);
+    CHECK_OK(tpu_set_eager_mode(TPU_EAGER_FUSED));
+    tpu_tensor d[] = {q, a, b};
+    launch(TPU_OP_DIV_TRUNC, d, 3, (tpu_params){0}, TPU_I64);
+    tpu_tensor m1[] = {y, x, x}, m2[] = {w, y, x};
+    launch(TPU_OP_MUL, m1, 3, (tpu_params){0}, TPU_F32);
+    launch(TPU_OP_ADD, m2, 3, TPU_PARAMS(ADD, .alpha = 1.0), TPU_F32);
+    tpu_status st = tpu_stream_synchronize(tpu_stream_current(0));
+    CHECK(st == TPU_ERROR_KERNEL);
+    CHECK_MSG(strstr(tpu_last_error(), "div_trunc") && strstr(tpu_last_error(), "ZeroDivisionError"), "%s",
+              tpu_last_error());
+    float h[16];
+    CHECK_OK(tpu_memcpy(h, w.base, sizeof h, TPU_COPY_D2H, NULL)); /* the window's other results completed */
+    CHECK(h[3] == 4.0f * 4.0f + 4.0f && h[15] == 16.0f * 16.0f + 16.0f);
+    CHECK_OK(tpu_stream_synchronize(tpu_stream_current(0)));
+    CHECK_OK(tpu_set_eager_mode(TPU_EAGER_STRICT));
+    tpu_tensor all[] = {a, b, q, x, y, w};
+    for (int i = 0; i < 6; i++) CHECK_OK(tpu_free(all[i].base));
+}
+
+int main(void) {
+    setenv("TPU_HBM_BYTES", "256M", 1);
+    CHECK_OK(tpu_init());
+    RUN_TEST(test_every_fusible_op_matches_strict);
+    RUN_TEST(test_chain_broadcast_scalar_cast_inplace);
+    RUN_TEST(test_plan_cache);
+    RUN_TEST(test_random_fuses_bit_for_bit);
+    RUN_TEST(test_other_views_do_not_fuse);
+    RUN_TEST(test_flush_points);
+    RUN_TEST(test_memory_pressure_flushes);
+    RUN_TEST(test_error_in_window);
+    return TEST_SUMMARY();
+}

@@ -1,0 +1,225 @@
+"""Fused Eager (DeferAndFuse): results equal Strict Eager's, bit for bit for
+elementwise work; dead intermediates never take device memory; flush points;
+errors inside a window; the mode and introspection API. (The shared fixture
+also runs every other test of the suite in Fused Eager.)"""
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch_tpu
+
+
+def run_in(mode, fn, *args):
+    with torch_tpu.eager_mode(mode):
+        out = fn(*args)
+        torch_tpu.synchronize()
+    return out
+
+
+def _chain(x, b):
+    y = x * 2 + b            # broadcast bias
+    y = torch.sigmoid(y) - 0.25
+    y.mul_(x)                # in place
+    z = y.to(torch.bfloat16)  # cast
+    z = z * z + 1
+    w = torch.where(y > 0, y, -y).exp()
+    return z, w, y[::2, 1:]   # a view of a result
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_chain_equals_strict_bit_for_bit(dtype):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(37, 129, generator=g).to(dtype).to("tpu")
+    b = torch.randn(129, generator=g).to(dtype).to("tpu")
+    strict = [t.cpu() for t in run_in("strict", _chain, x, b)]
+    fused = [t.cpu() for t in run_in("fused", _chain, x, b)]
+    for s, f in zip(strict, fused):
+        assert s.dtype == f.dtype and s.shape == f.shape
+        assert torch.equal(s.view(torch.uint8) if s.dtype != torch.bool else s,
+                           f.view(torch.uint8) if f.dtype != torch.bool else f)
+
+
+def test_torchtpu_demo_loop_fuses_into_one_pass():
+    """TorchTPU's eager-mode demo: x + 1, x * 2, x - 1 in a loop, then a sync."""
+    x0 = torch.randn(300, 300).to(torch.bfloat16)
+    with torch_tpu.eager_mode("fused"):
+        torch_tpu.reset_fused_stats()
+        x = x0.to("tpu")
+        for _ in range(50):
+            x = x + 1
+            x = x * 2
+            x = x - 1
+        assert not torch_tpu.is_materialized(x)
+        torch_tpu.synchronize(x)
+        assert torch_tpu.is_materialized(x)
+        st = torch_tpu.fused_stats()
+    ref = x0
+    for _ in range(50):
+        ref = ((ref + 1) * 2) - 1
+    assert torch.equal(x.cpu(), ref)
+    assert st["ops_recorded"] == 150 and st["ops_fused"] == 150 and st["fused_groups_run"] == 1
+    assert st["results_never_stored"] == 149
+    assert st["bytes_never_materialized"] >= 149 * 300 * 300 * 2
+    assert st["flushes"]["explicit"] == 1
+
+
+def test_dead_intermediates_lower_peak_memory():
+    n = 1 << 18
+
+    def work():
+        x = torch.ones(n, device="tpu")
+        torch_tpu.synchronize()
+        torch.tpu.reset_peak_memory_stats()
+        base = torch.tpu.memory_allocated()
+        y = x
+        for _ in range(20):
+            y = torch.tanh(y * 1.5 + 0.1)
+        s = y.sum().item()
+        return s, torch.tpu.max_memory_allocated() - base
+
+    s_strict, peak_strict = run_in("strict", work)
+    s_fused, peak_fused = run_in("fused", work)
+    assert s_strict == s_fused
+    assert peak_fused <= 2 * n * 4 + 4096 < peak_strict
+
+
+def test_memory_allocated_counts_what_is_alive():
+    with torch_tpu.eager_mode("fused"):
+        before = torch.tpu.memory_allocated()
+        x = torch.empty(1 << 20, device="tpu")          # nothing writes it
+        assert torch.tpu.memory_allocated() == before + 4 * (1 << 20)   # a stats query binds what is alive
+        y = x.fill_(2) + 1
+        assert not torch_tpu.is_materialized(y)
+        assert torch.tpu.memory_allocated() == before + 8 * (1 << 20)
+        assert torch_tpu.is_materialized(y)
+        del x, y
+
+
+def test_flush_points_by_cause():
+    with torch_tpu.eager_mode("fused"):
+        torch_tpu.reset_fused_stats()
+        x = torch.arange(10.0, device="tpu") * 2
+        assert x[3].item() == 6.0                       # copy to host
+        y = x + 1
+        assert y.tolist()[0] == 1.0
+        z = y * 3
+        torch.tpu.synchronize()                         # synchronize
+        e = torch.tpu.Event()
+        w = z - 1
+        e.record()                                      # event
+        e.synchronize()
+        v = w + 2
+        _ = repr(v)                                     # print/repr: a copy
+        u = v * 0
+        s = torch.tpu.Stream()
+        s.wait_stream(torch.tpu.current_stream())       # an event recorded on the current stream
+        st = torch_tpu.fused_stats()
+    f = st["flushes"]
+    assert f["copy"] >= 3 and f["synchronize"] >= 1 and f["event"] >= 2
+    assert st["ops_recorded"] >= 7
+    del u
+
+
+def test_mode_switch_flushes():
+    with torch_tpu.eager_mode("fused"):
+        torch_tpu.reset_fused_stats()
+        x = torch.ones(100, device="tpu") + 1
+        assert not torch_tpu.is_materialized(x)
+        with torch_tpu.eager_mode("debug"):
+            assert torch_tpu.fused_stats()["flushes"]["mode_switch"] == 1
+            assert torch_tpu.is_materialized(x)
+            assert x.sum().item() == 200
+
+
+def test_random_ops_identical_in_every_mode():
+    def draw():
+        torch.manual_seed(1234)
+        a = torch.rand(1000, device="tpu")
+        b = torch.nn.functional.dropout(torch.ones(1000, device="tpu"), 0.3)
+        c = torch.randn(64, device="tpu") * 2 + a[:64]
+        return a.cpu(), b.cpu(), c.cpu()
+
+    ref = run_in("strict", draw)
+    for mode in ("debug", "fused"):
+        got = run_in(mode, draw)
+        for r, g in zip(ref, got):
+            assert torch.equal(r, g), mode
+
+
+def test_kernel_error_in_window_raises_at_flush_and_device_recovers():
+    with torch_tpu.eager_mode("fused"):
+        a = torch.arange(8, device="tpu")
+        z = torch.tensor([1, 1, 0, 1, 1, 1, 1, 1], device="tpu")
+        q = torch.div(a, z, rounding_mode="trunc")     # integer division by zero, recorded
+        ok = torch.ones(8, device="tpu") * 3 + 1
+        with pytest.raises(RuntimeError, match="div_trunc.*ZeroDivisionError"):
+            torch_tpu.synchronize()
+        assert ok.sum().item() == 32                    # the window's other work completed
+        assert (torch.ones(3, device="tpu") * 2).tolist() == [2.0, 2.0, 2.0]
+        del q
+
+
+def test_autograd_in_place_checks_as_in_strict():
+    with torch_tpu.eager_mode("fused"):
+        x = torch.randn(10, device="tpu", requires_grad=True)
+        y = x.exp()
+        y.add_(1)                                        # exp saved its result: modified in place
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            y.sum().backward()
+
+
+def _train(mode, steps=3):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.LayerNorm(64),
+                                torch.nn.Linear(64, 4)).to("tpu")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(16, 32, generator=g)
+    y = torch.randint(0, 4, (16,), generator=g)
+    losses = []
+    with torch_tpu.eager_mode(mode):
+        for _ in range(steps):
+            loss = torch.nn.functional.cross_entropy(model(x.to("tpu")), y.to("tpu"))
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            losses.append(loss.item())
+        torch_tpu.synchronize()
+    return losses, [p.detach().cpu() for p in model.parameters()]
+
+
+def test_training_equals_strict():
+    ls, ps = _train("strict", steps=4)
+    torch_tpu.reset_fused_stats()
+    lf, pf = _train("fused", steps=4)
+    st = torch_tpu.fused_stats()
+    assert st["ops_fused"] > 0 and st["results_never_stored"] > 0
+    assert st["plan_cache_hits"] >= 2, st        # the steps after the first reuse their plans
+    assert ls == lf
+    for a, b in zip(ps, pf):
+        assert torch.equal(a, b)
+
+
+def test_env_var_and_dump():
+    code = ("import torch, torch_tpu\n"
+            "assert torch_tpu.get_eager_mode() == 'fused'\n"
+            "x = torch.ones(4, device='tpu')\n"
+            "y = (x + 1) * 2\n"
+            "print(y.tolist())\n")
+    env = dict(os.environ, TORCH_TPU_DEFER_AND_FUSE="1", TORCH_TPU_FUSED_DUMP="1")
+    env.pop("TORCH_TPU_LAUNCH_BLOCKING", None)
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "[4.0, 4.0, 4.0, 4.0]" in p.stdout
+    assert "tpu fused window" in p.stderr and "fused" in p.stderr and "dead" in p.stderr
+
+
+def test_api_argument_errors():
+    with pytest.raises(TypeError):
+        torch_tpu.is_materialized([1, 2])
+    with pytest.raises(TypeError):
+        torch_tpu.synchronize([1])
+    with pytest.raises(RuntimeError, match="expected a tpu tensor"):
+        torch_tpu.is_materialized(torch.ones(2))
