@@ -35,14 +35,7 @@ typedef struct gr_run {
 static TPU_TARGET_CLONES void gr_round(float *restrict v, tpu_dtype dt) {
     switch (dt) {
     case TPU_BF16:
-        for (int i = 0; i < TPU_TILE; i += 16) {
-            vf16 x;
-            uint16_t h[16];
-            memcpy(&x, v + i, sizeof x);
-            tpu_tile_vstore_bf16x16(h, &x);
-            tpu_tile_vload_bf16x16(&x, h);
-            memcpy(v + i, &x, sizeof x);
-        }
+        for (int i = 0; i < TPU_TILE; i++) v[i] = ew_round_bf16(v[i]);
         break;
     case TPU_F16:
         for (int i = 0; i < TPU_TILE; i++) v[i] = tpu_tile_f16_to_f32(tpu_tile_f32_to_f16(v[i]));
@@ -85,12 +78,17 @@ static void gr_tile(const gr_run *r, float *S, const int64_t *off, int64_t inner
         }
         if (o->skip) continue;
         float *out = S + (size_t)o->out * TPU_TILE;
-        if (o->random)
+        const float *x = S + (size_t)o->in[0] * TPU_TILE, *y = S + (size_t)o->in[1] * TPU_TILE;
+        const float *z = S + (size_t)o->in[2] * TPU_TILE;
+        if (o->random) {
             gr_random(&r->nodes[o->node], out, pos, len);
-        else
-            tpu_ew_tile_f(r->nodes[o->node].op, out, S + (size_t)o->in[0] * TPU_TILE, S + (size_t)o->in[1] * TPU_TILE,
-                          S + (size_t)o->in[2] * TPU_TILE, &o->par);
-        gr_round(out, o->round);
+            gr_round(out, o->round);
+        } else if (o->round == TPU_BF16) {
+            tpu_ew_tile_f_bf16(r->nodes[o->node].op, out, x, y, z, &o->par); /* rounds in the loop */
+        } else {
+            tpu_ew_tile_f(r->nodes[o->node].op, out, x, y, z, &o->par);
+            gr_round(out, o->round);
+        }
         if (o->store >= 0) {
             int m = o->store;
             int64_t s = r->st[m][r->nd - 1];

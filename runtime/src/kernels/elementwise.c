@@ -251,6 +251,47 @@ static EW_CLONES int ew_tile_f(tpu_op op, float *restrict O, const float *restri
     return 0;
 }
 
+/* ew_tile_f with each result rounded to bfloat16 in the same loop (the
+ * graph interpreter's bf16 results: one pass over the tile, not two). */
+#undef TPU_EXPR_BODY
+#define TPU_EXPR_BODY(e)                \
+    for (int i = 0; i < EW_TILE; i++) { \
+        T x = X[i], y = Y[i], z = Z[i]; \
+        (void)x;                        \
+        (void)y;                        \
+        (void)z;                        \
+        O[i] = ew_round_bf16((T)(e));   \
+    }
+static EW_CLONES void ew_tile_f_bf16(tpu_op op, float *restrict O, const float *restrict X, const float *restrict Y,
+                                     const float *restrict Z, const ew_par *p) {
+    typedef float T;
+    if (op == TPU_OP_POW && p->pow_mode != EW_POW_GENERIC) {
+        ew_tile_f(op, O, X, Y, Z, p);
+        for (int i = 0; i < EW_TILE; i++) O[i] = ew_round_bf16(O[i]);
+        return;
+    }
+    switch (op) {
+#define TPU_EXPR_PARAM_F(s) p->ff[s]
+#include "base/expr-cases.h"
+    case TPU_OP_COPY:
+        for (int i = 0; i < EW_TILE; i++) O[i] = ew_round_bf16(X[i]);
+        break;
+#undef TPU_EXPR_PARAM_F
+    default:
+        for (int i = 0; i < EW_TILE; i++) O[i] = NAN;
+        break;
+    }
+}
+#undef TPU_EXPR_BODY
+#define TPU_EXPR_BODY(e)                \
+    for (int i = 0; i < EW_TILE; i++) { \
+        T x = X[i], y = Y[i], z = Z[i]; \
+        (void)x;                        \
+        (void)y;                        \
+        (void)z;                        \
+        O[i] = (T)(e);                  \
+    }
+
 static EW_CLONES int ew_tile_d(tpu_op op, double *restrict O, const double *restrict X, const double *restrict Y,
                                const double *restrict Z, const ew_par *p) {
     typedef double T;
@@ -711,4 +752,9 @@ bool tpu_ew_prepare_f(const tpu_kargs *a, tpu_ew_par *p) {
 void tpu_ew_tile_f(tpu_op op, float *restrict o, const float *restrict x, const float *restrict y,
                    const float *restrict z, const tpu_ew_par *p) {
     ew_tile_f(op, o, x, y, z, p);
+}
+
+void tpu_ew_tile_f_bf16(tpu_op op, float *restrict o, const float *restrict x, const float *restrict y,
+                        const float *restrict z, const tpu_ew_par *p) {
+    ew_tile_f_bf16(op, o, x, y, z, p);
 }

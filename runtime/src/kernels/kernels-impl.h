@@ -44,6 +44,9 @@ typedef struct tpu_ew_par {
 bool tpu_ew_prepare_f(const tpu_kargs *a, tpu_ew_par *p);
 void tpu_ew_tile_f(tpu_op op, float *restrict o, const float *restrict x, const float *restrict y,
                    const float *restrict z, const tpu_ew_par *p);
+/* The same with each result rounded to bfloat16 (and widened back) in the loop. */
+void tpu_ew_tile_f_bf16(tpu_op op, float *restrict o, const float *restrict x, const float *restrict y,
+                        const float *restrict z, const tpu_ew_par *p);
 /* Run the fast kernel of a.op (registry.c: dispatch by family). */
 tpu_status tpu_kernel_run(tpu_kargs *a);
 /* The unit gemm.c runs for fp32 (bf16 = false) or bf16 operands on this host:

@@ -33,6 +33,16 @@ EW_INLINE double ew_b2d(int64_t i) {
 }
 /* c ? a : b without a branch: FP ops are never speculated by gcc under
  * -ftrapping-math, so a plain ?: on computed values blocks vectorization. */
+/* f rounded to bfloat16 (nearest even; a NaN stays a quiet NaN) and widened
+ * back: what a bf16 store and load give (tpu_f32_to_bf16), as integer ops
+ * that vectorize (the NaN test is signed: AVX2 has no unsigned compare). */
+EW_INLINE float ew_round_bf16(float f) {
+    uint32_t u = (uint32_t)ew_f2b(f);
+    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    uint32_t m = -(uint32_t)((int32_t)(u & 0x7fffffffu) > 0x7f800000);
+    return ew_b2f((int32_t)((((u | 0x400000u) & 0xffff0000u) & m) | (r & ~m)));
+}
+
 EW_INLINE float ew_self(int c, float a, float b) {
     int32_t m = -(int32_t)c;
     return ew_b2f((ew_f2b(a) & m) | (ew_f2b(b) & ~m));
