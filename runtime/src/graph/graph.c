@@ -743,9 +743,11 @@ static tpu_gprog *plan_clone(const tpu_gprog *t) {
  * (a cached plan meets new parameter values). */
 static bool plan_bind(tpu_gprog *p, tpu_graph *gr, bool refresh) {
     int n = gr->n;
-    ptrmap seen;
-    p->stores = malloc((size_t)(n ? n : 1) * TPU_MAX_OPERANDS * sizeof *p->stores);
-    if (!p->stores || !pm_init(&seen, (size_t)n * TPU_MAX_OPERANDS)) {
+    ptrmap seen = {0};
+    size_t nops = 1;
+    for (int i = 0; i < n; i++) nops += (size_t)gr->nodes[i].n;
+    p->stores = malloc(nops * sizeof *p->stores);
+    if (!p->stores || !pm_init(&seen, nops)) {
         pm_free(&seen);
         return false;
     }
@@ -823,7 +825,9 @@ static void kput(keybuf *k, uint64_t v) {
 static uint64_t *plan_key(const tpu_graph *gr, size_t *len, uint64_t *hash) {
     keybuf k = {0};
     ptrmap ord;
-    if (!pm_init(&ord, (size_t)gr->n * TPU_MAX_OPERANDS + 1)) {
+    size_t nops = 1;
+    for (int i = 0; i < gr->n; i++) nops += (size_t)gr->nodes[i].n;
+    if (!pm_init(&ord, nops)) {
         pm_free(&ord);
         return NULL;
     }

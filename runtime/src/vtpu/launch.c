@@ -70,9 +70,13 @@ tpu_status tpu_launch(tpu_stream_t stream, tpu_op op, const tpu_tensor *operands
     if (n < info->nout + info->nin_min || n > info->nout + info->nin_max || n > TPU_MAX_OPERANDS)
         return tpu_set_error(TPU_ERROR_INVALID_VALUE, "%s: expected %d to %d operands, got %d", tpu_op_name(op),
                              info->nout + info->nin_min, info->nout + info->nin_max, n);
-    tpu_cmd *c = tpu_cmd_new(TPU_CMD_KERNEL);
-    if (!c) return tpu_set_error(TPU_ERROR_OUT_OF_MEMORY, "out of host memory");
-    tpu_kargs *a = &c->u.k;
+    /* Fused Eager records from the stack; the other modes queue a command. */
+    tpu_eager_mode mode = tpu_get_eager_mode();
+    tpu_kargs local;
+    tpu_cmd *c = NULL;
+    if (mode != TPU_EAGER_FUSED && !(c = tpu_cmd_new(TPU_CMD_KERNEL)))
+        return tpu_set_error(TPU_ERROR_OUT_OF_MEMORY, "out of host memory");
+    tpu_kargs *a = c ? &c->u.k : &local;
     a->op = op;
     a->n = n;
     a->err[0] = 0;
@@ -106,12 +110,7 @@ tpu_status tpu_launch(tpu_stream_t stream, tpu_op op, const tpu_tensor *operands
             "Expected all tensors to be on the same device, but found at least two devices, tpu:%d and tpu:%d!", dev,
             tpu_stream_device(stream));
     }
-    tpu_eager_mode mode = tpu_get_eager_mode();
-    if (mode == TPU_EAGER_FUSED) {
-        s = tpu_window_record(stream, a);
-        free(c);
-        return s;
-    }
+    if (mode == TPU_EAGER_FUSED) return tpu_window_record(stream, a);
     /* Outputs allocated in Fused Eager and never written yet are bound now. */
     if (tpu_alloc_any_deferred())
         for (int k = 0; k < info->nout && k < n; k++)

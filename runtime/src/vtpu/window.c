@@ -94,7 +94,10 @@ tpu_status tpu_window_record(tpu_stream_t s, const tpu_kargs *a) {
         pthread_mutex_unlock(&w->mu);
         return tpu_set_error(TPU_ERROR_OUT_OF_MEMORY, "out of host memory recording %s", tpu_op_name(a->op));
     }
-    memcpy(node, a, offsetof(tpu_kargs, err));
+    node->op = a->op; /* the operands in use only: t[n..] stay unset */
+    node->n = a->n;
+    memcpy(node->t, a->t, (size_t)a->n * sizeof *a->t);
+    node->p = a->p;
     node->err[0] = 0;
     for (int k = 0; k < tpu_op_infos[a->op].nout && k < a->n; k++) w->g.out_bytes += view_span_bytes(&a->t[k]);
     int n = w->g.n;
