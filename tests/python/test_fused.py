@@ -85,6 +85,22 @@ def test_dead_intermediates_lower_peak_memory():
     assert peak_fused <= 2 * n * 4 + 4096 < peak_strict
 
 
+def test_peak_counts_results_stored_then_freed():
+    """A fused result that a kernel reads took memory even if it was freed before the flush."""
+    with torch_tpu.eager_mode("fused"):
+        x = torch.ones(512, 512, device="tpu")
+        torch_tpu.synchronize()
+        torch.tpu.reset_peak_memory_stats()
+        base = torch.tpu.memory_allocated()
+        y = torch.tanh(x * 2)     # fused, stored: the matmul reads it
+        z = y @ y
+        del y
+        assert z[0, 0].item() == pytest.approx(512 * torch.tanh(torch.tensor(2.0)).item() ** 2, rel=1e-5)
+        peak = torch.tpu.max_memory_allocated() - base
+    assert peak >= 2 * 512 * 512 * 4      # y and z existed at once
+    del z
+
+
 def test_memory_allocated_counts_what_is_alive():
     with torch_tpu.eager_mode("fused"):
         before = torch.tpu.memory_allocated()

@@ -11,8 +11,11 @@
  * addresses, named parameters), so running a node alone is running the
  * launch. Buffers are identified by their storage base; two operands are the
  * same value when their views are equal (base, offset, dtype, sizes,
- * strides). Storages freed while the graph was open are listed with it:
- * their contents are dead once the last node reading them has run.
+ * strides). Storages freed while the graph was open are listed with it,
+ * each with its place among the nodes: the value a node writes is dead if
+ * its storage is freed before any node outside its group reads it (the
+ * allocator may hand the storage out again at once: for the graph that is
+ * just a later write to the same storage, ordered like any other).
  *
  * tpu_graph_compile partitions the nodes, in order, into steps: a fused
  * group of consecutive elementwise nodes computing in the float32 domain
@@ -50,7 +53,9 @@
 typedef struct tpu_graph {
     tpu_kargs *nodes; /* owned; operand bases are host addresses */
     int n, cap;
-    void **freed; /* storage bases (host) freed while the graph was open */
+    void **freed;       /* storage bases (host) freed while the graph was open ... */
+    int *freed_at;      /* ... each after how many nodes (a storage may be freed, reused and freed again) */
+    size_t *freed_size; /* ... and the bytes of the block freed */
     int nfreed, capfreed;
     size_t out_bytes; /* bytes the nodes' outputs span (for the window's cap) */
 } tpu_graph;
@@ -61,8 +66,9 @@ void tpu_graph_init(tpu_graph *g);
 void tpu_graph_release(tpu_graph *g);
 /* Room for one more node at the end (NULL: out of host memory). */
 tpu_kargs *tpu_graph_add(tpu_graph *g);
-/* Note that the storage at `base` was freed (false: out of host memory). */
-bool tpu_graph_add_freed(tpu_graph *g, void *base);
+/* Note that the storage at `base` was freed now, after the nodes recorded
+ * so far (false: out of host memory). */
+bool tpu_graph_add_freed(tpu_graph *g, void *base, size_t bytes);
 /* Whether a node of the graph writes the storage at `base`. */
 bool tpu_graph_writes(const tpu_graph *g, const void *base);
 
@@ -70,12 +76,13 @@ bool tpu_graph_writes(const tpu_graph *g, const void *base);
 typedef struct tpu_gprog tpu_gprog;
 
 typedef struct tpu_gprog_info {
-    int nodes;            /* nodes in the graph */
-    int steps;            /* steps run (groups + single nodes) */
-    int groups;           /* fused groups of two nodes or more */
-    int fused_nodes;      /* nodes inside those groups */
-    int64_t dead_results; /* node results never stored (dead intermediates) */
-    bool cache_hit;       /* the plan came from the plan cache (no analysis) */
+    int nodes;             /* nodes in the graph */
+    int steps;             /* steps run (groups + single nodes) */
+    int groups;            /* fused groups of two nodes or more */
+    int fused_nodes;       /* nodes inside those groups */
+    int64_t dead_results;  /* node results never stored (dead intermediates) */
+    size_t transient_peak; /* most bytes at once of stored results freed inside the graph (memory stats) */
+    bool cache_hit;        /* the plan came from the plan cache (no analysis) */
 } tpu_gprog_info;
 
 /* Compile g into a program, which takes g's nodes (g is left empty, its

@@ -14,6 +14,8 @@ void tpu_graph_init(tpu_graph *g) { memset(g, 0, sizeof *g); }
 void tpu_graph_release(tpu_graph *g) {
     free(g->nodes);
     free(g->freed);
+    free(g->freed_at);
+    free(g->freed_size);
     tpu_graph_init(g);
 }
 
@@ -28,15 +30,21 @@ tpu_kargs *tpu_graph_add(tpu_graph *g) {
     return &g->nodes[g->n++];
 }
 
-bool tpu_graph_add_freed(tpu_graph *g, void *base) {
+bool tpu_graph_add_freed(tpu_graph *g, void *base, size_t bytes) {
     if (g->nfreed == g->capfreed) {
         int cap = g->capfreed ? 2 * g->capfreed : 64;
         void **nf = realloc(g->freed, (size_t)cap * sizeof *nf);
-        if (!nf) return false;
-        g->freed = nf;
+        if (nf) g->freed = nf;
+        int *na = nf ? realloc(g->freed_at, (size_t)cap * sizeof *na) : NULL;
+        if (na) g->freed_at = na;
+        size_t *ns = na ? realloc(g->freed_size, (size_t)cap * sizeof *ns) : NULL;
+        if (!ns) return false;
+        g->freed_size = ns;
         g->capfreed = cap;
     }
-    g->freed[g->nfreed++] = base;
+    g->freed[g->nfreed] = base;
+    g->freed_size[g->nfreed] = bytes;
+    g->freed_at[g->nfreed++] = g->n;
     return true;
 }
 
@@ -449,17 +457,144 @@ void tpu_gprog_free(tpu_gprog *p) {
     free(p);
 }
 
-/* Decide which results of the group that is step `step` reach memory: the
- * last write of each storage, if the storage is alive at the flush or read
- * by a later step. */
-static void decide_stores(gbuild *b, int step, const ptrmap *freed, const ptrmap *last_read) {
+/* ---- liveness: per storage, where it is read and where it is freed ----
+ * Positions are node indices in program order; a free at position f came
+ * after node f - 1. touch[] lists every (position, group) reading a
+ * storage, sorted by position; frees[] its free positions, sorted. */
+
+typedef struct touches {
+    int *pos, *grp; /* reads */
+    int n, cap;
+    int *fpos;     /* frees */
+    size_t *fsize; /* the bytes each free released */
+    int nf, capf;
+} touches;
+
+typedef struct liveness {
+    ptrmap idx; /* storage base -> 1 + index into t[] */
+    touches *t;
+    int nt;
+    /* stored results whose storage is freed inside the graph: [from, to) bytes */
+    int *tr_from, *tr_to;
+    size_t *tr_bytes;
+    int ntr, captr;
+} liveness;
+
+static touches *live_of(liveness *L, const void *base, bool add) {
+    int k = pm_get(&L->idx, base, 0);
+    if (k) return &L->t[k - 1];
+    if (!add) return NULL;
+    pm_put(&L->idx, base, ++L->nt);
+    touches *t = &L->t[L->nt - 1];
+    memset(t, 0, sizeof *t);
+    return t;
+}
+
+static void live_free(liveness *L) {
+    for (int k = 0; k < L->nt; k++) {
+        free(L->t[k].pos);
+        free(L->t[k].grp);
+        free(L->t[k].fpos);
+        free(L->t[k].fsize);
+    }
+    free(L->t);
+    free(L->tr_from);
+    free(L->tr_to);
+    free(L->tr_bytes);
+    pm_free(&L->idx);
+}
+
+/* Reads (every operand of a node run alone: a kernel may read its outputs)
+ * and frees of each storage; group_of[i]: node i's planner group or -1. */
+static bool live_build(liveness *L, const tpu_graph *gr, const int *group_of) {
+    size_t nops = 1 + (size_t)gr->nfreed;
+    for (int i = 0; i < gr->n; i++) nops += (size_t)gr->nodes[i].n;
+    L->t = malloc(nops * sizeof *L->t);
+    L->nt = 0;
+    if (!L->t || !pm_init(&L->idx, nops)) return false;
+    for (int i = 0; i < gr->n; i++) {
+        const tpu_kargs *a = &gr->nodes[i];
+        int k0 = group_of[i] >= 0 ? 1 : 0;
+        for (int k = k0; k < a->n; k++) {
+            if (a->t[k].is_scalar || !a->t[k].base) continue;
+            touches *t = live_of(L, a->t[k].base, true);
+            int cap = t->cap;
+            if (!grow((void **)&t->pos, &cap, t->n + 1, sizeof *t->pos) ||
+                !grow((void **)&t->grp, &t->cap, t->n + 1, sizeof *t->grp))
+                return false;
+            t->pos[t->n] = i;
+            t->grp[t->n++] = group_of[i];
+        }
+    }
+    for (int f = 0; f < gr->nfreed; f++) {
+        touches *t = live_of(L, gr->freed[f], true);
+        int capf = t->capf;
+        if (!grow((void **)&t->fpos, &capf, t->nf + 1, sizeof *t->fpos) ||
+            !grow((void **)&t->fsize, &t->capf, t->nf + 1, sizeof *t->fsize))
+            return false;
+        t->fpos[t->nf] = gr->freed_at[f];
+        t->fsize[t->nf++] = gr->freed_size[f];
+    }
+    return true;
+}
+
+/* Whether the value node i writes to `base` must reach memory: its storage
+ * is not freed after it, or a node outside group g reads the storage
+ * before that free. */
+static bool value_needed(liveness *L, const void *base, int i, int g) {
+    touches *t = live_of(L, base, false);
+    if (!t) return true;
+    int f = -1, fk = -1;
+    for (int k = 0; k < t->nf && f < 0; k++)
+        if (t->fpos[k] > i) f = t->fpos[k], fk = k;
+    if (f < 0) return true;
+    for (int k = 0; k < t->n; k++)
+        if (t->pos[k] > i && t->pos[k] < f && t->grp[k] != g) {
+            /* stored, then freed inside the graph: it takes memory from i to f */
+            int cap = L->captr, cap2 = L->captr;
+            if (grow((void **)&L->tr_from, &cap, L->ntr + 1, sizeof *L->tr_from) &&
+                grow((void **)&L->tr_to, &cap2, L->ntr + 1, sizeof *L->tr_to) &&
+                grow((void **)&L->tr_bytes, &L->captr, L->ntr + 1, sizeof *L->tr_bytes)) {
+                L->tr_from[L->ntr] = i;
+                L->tr_to[L->ntr] = f;
+                L->tr_bytes[L->ntr++] = t->fsize[fk];
+            }
+            return true;
+        }
+    return false;
+}
+
+/* Most bytes of those stored-then-freed results alive at once. */
+static size_t transient_peak(const liveness *L, int n) {
+    int64_t *delta = calloc((size_t)n + 2, sizeof *delta);
+    if (!delta) {
+        size_t all = 0; /* (no host memory: all at once, an upper bound) */
+        for (int k = 0; k < L->ntr; k++) all += L->tr_bytes[k];
+        return all;
+    }
+    for (int k = 0; k < L->ntr; k++) {
+        delta[L->tr_from[k]] += (int64_t)L->tr_bytes[k];
+        delta[L->tr_to[k] <= n ? L->tr_to[k] : n + 1] -= (int64_t)L->tr_bytes[k];
+    }
+    int64_t cur = 0, peak = 0;
+    for (int i = 0; i <= n + 1; i++) {
+        cur += delta[i];
+        if (cur > peak) peak = cur;
+    }
+    free(delta);
+    return (size_t)peak;
+}
+
+/* Decide which results of group g reach memory: the last write of each
+ * storage inside the group, if its value is needed (value_needed). */
+static void decide_stores(gbuild *b, int g, liveness *L) {
     int later = b->map->next_gid++; /* a scratch set: storages written by a later op of the group */
     for (int op = b->nops - 1; op >= 0; op--) {
         const tpu_tensor *o = &b->nodes[b->ops[op].node].t[0];
         bool later_write = pair_get(b->map, later, o->base, 0);
         pair_put(b->map, later, o->base, 1);
-        bool alive = !pm_get(freed, o->base, 0) || pm_get(last_read, o->base, -1) > step;
-        b->ops[op].store = (!later_write && alive) ? -2 : -1;
+        bool needed = value_needed(L, o->base, b->ops[op].node, g);
+        b->ops[op].store = (!later_write && needed) ? -2 : -1;
     }
 }
 
@@ -602,7 +737,7 @@ static tpu_gprog *plan_fresh(const tpu_graph *gr) {
     planner pl = {0};
     pl.gr = gr;
     gbuild b = {0};
-    ptrmap freed = {0}, last_read = {0};
+    liveness L = {0};
     tpu_ew_par *par = malloc((size_t)n1 * sizeof *par);
     bool *fus = malloc((size_t)n1 * sizeof *fus);
     pl.group_of = malloc((size_t)n1 * sizeof *pl.group_of);
@@ -617,7 +752,6 @@ static tpu_gprog *plan_fresh(const tpu_graph *gr) {
         p->node_step = malloc((size_t)n1 * sizeof *p->node_step);
         p->node_store = calloc((size_t)n1, 1);
         ok = p->steps && p->groups && p->order && p->node_step && p->node_store;
-        ok = ok && pm_init(&freed, (size_t)gr->nfreed) && pm_init(&last_read, (size_t)n1 * TPU_MAX_OPERANDS);
     }
     if (!ok) goto oom;
 
@@ -640,17 +774,10 @@ static tpu_gprog *plan_fresh(const tpu_graph *gr) {
         p->nsteps++;
     }
 
-    /* 2. Liveness: storages freed while recorded, and the last step reading each. */
-    for (int f = 0; f < gr->nfreed; f++) pm_put(&freed, gr->freed[f], 1);
-    for (int st = 0; st < p->nsteps; st++) {
-        gr_step *s = &p->steps[st];
-        for (int m = s->first; m < s->first + s->count; m++) {
-            const tpu_kargs *a = &gr->nodes[p->order[m]];
-            int k0 = s->count > 1 ? 1 : 0; /* a kernel may read its outputs too (in place, accumulate) */
-            for (int k = k0; k < a->n; k++)
-                if (!a->t[k].is_scalar && a->t[k].base) pm_put(&last_read, a->t[k].base, st);
-        }
-    }
+    /* 2. Liveness: where each storage is read and freed (groups of two or more only). */
+    for (int i = 0; i < n; i++)
+        if (pl.group_of[i] >= 0 && pl.groups[pl.group_of[i]].n < 2) pl.group_of[i] = -1;
+    if (!live_build(&L, gr, pl.group_of)) goto oom;
 
     /* 3. Groups: rebuild each (same joins as phase A), decide stores, allocate slots. */
     b.nodes = gr->nodes;
@@ -662,7 +789,7 @@ static tpu_gprog *plan_fresh(const tpu_graph *gr) {
         build_reset(&b);
         for (int m = s->first; m < s->first + s->count; m++) try_join(&b, p->order[m], &par[p->order[m]]);
         if (b.nops != s->count) goto oom; /* (the shared map ran full: cannot happen at 16 keys per node) */
-        decide_stores(&b, st, &freed, &last_read);
+        decide_stores(&b, pl.group_of[p->order[s->first]], &L);
         if (!finish_group(&b, &p->groups[p->ngroups])) goto oom;
         s->group = p->ngroups++;
         p->info.groups++;
@@ -675,6 +802,7 @@ static tpu_gprog *plan_fresh(const tpu_graph *gr) {
     }
     p->info.nodes = n;
     p->info.steps = p->nsteps;
+    p->info.transient_peak = transient_peak(&L, n);
     goto done;
 
 oom:
@@ -692,8 +820,7 @@ done:
     free(pl.eff_pos);
     pair_free(&pl.map);
     pm_free(&pl.last_writer);
-    pm_free(&freed);
-    pm_free(&last_read);
+    live_free(&L);
     free(par);
     free(fus);
     return p;
@@ -852,7 +979,10 @@ static uint64_t *plan_key(const tpu_graph *gr, size_t *len, uint64_t *hash) {
         }
     }
     kput(&k, ~(uint64_t)1);
-    for (int f = 0; f < gr->nfreed; f++) kput(&k, (uint64_t)pm_get(&ord, gr->freed[f], 0));
+    for (int f = 0; f < gr->nfreed; f++) {
+        kput(&k, (uint64_t)pm_get(&ord, gr->freed[f], 0) | (uint64_t)(uint32_t)gr->freed_at[f] << 32);
+        kput(&k, (uint64_t)gr->freed_size[f]);
+    }
     pm_free(&ord);
     if (k.bad) {
         free(k.w);

@@ -24,8 +24,11 @@
  * nothing touches its pages, until something writes it - a flushed window
  * that stores to it, a launch in another mode, a copy - which calls
  * tpu_alloc_materialize. A block freed while its stream's window is open
- * stays live until that window's flush (tpu_window_defer_free), then is
- * released (tpu_alloc_release); one never bound was a dead intermediate.
+ * is noted in the window (tpu_window_note_free) and freed at once: its
+ * stream may reuse it (the window's graph orders the accesses), another
+ * stream only after the flushed window has run (its free sequence number is
+ * the one the flush will take). A block a launch that cannot fuse wrote is
+ * bound before it is freed; one never bound was a dead intermediate.
  * The cache flush before an allocation fails flushes the chip's windows
  * first (their held frees come back).
  */
@@ -353,8 +356,9 @@ static block *lock_block(const void *devptr, struct tpu_alloc **a, tpu_status *s
     return find_block(*a, off);
 }
 
-/* Free block at devptr now; *never: its size if it was never bound. */
-static tpu_status free_now(void *devptr, size_t *never) {
+/* Free block at devptr now; `pending`: an open window of its stream still
+ * holds work on it (queued as the stream's next command at the flush). */
+static tpu_status free_now(void *devptr, bool pending) {
     struct tpu_alloc *a;
     tpu_status s;
     block *b = lock_block(devptr, &a, &s);
@@ -364,11 +368,12 @@ static tpu_status free_now(void *devptr, size_t *never) {
         return tpu_set_error(TPU_ERROR_INVALID_VALUE, "tpu_free: %p is not a live allocation", devptr);
     }
     b->live = false;
-    b->free_seq = tpu_stream_enqueued(b->stream);
+    b->free_seq = tpu_stream_enqueued(b->stream) + (pending ? 1 : 0);
     for (int k = 0; k < b->nuses; k++) b->use_seq[k] = tpu_stream_enqueued(b->use_stream[k]);
+    size_t never = 0;
     if (b->deferred) {
         defer_unlink(a, b);
-        if (never) *never = b->size;
+        never = b->size;
     } else {
         a->st.allocated -= b->size;
     }
@@ -377,6 +382,7 @@ static tpu_status free_now(void *devptr, size_t *never) {
     b->fnext = a->free_bins[h];
     a->free_bins[h] = b;
     pthread_mutex_unlock(&a->mu);
+    if (never) tpu_fused_note_never(never);
     return TPU_OK;
 }
 
@@ -388,6 +394,7 @@ tpu_status tpu_free(void *devptr) {
     block *b = lock_block(devptr, &a, &s);
     if (!a) return s;
     tpu_stream_t stream = b && b->live ? b->stream : NULL;
+    size_t bytes = b && b->live ? b->size : 0;
     int nuses = b && b->live ? b->nuses : 0;
     tpu_stream_t uses[MAX_USES];
     for (int k = 0; k < nuses; k++) uses[k] = b->use_stream[k];
@@ -395,14 +402,10 @@ tpu_status tpu_free(void *devptr) {
     /* Streams it was recorded on: their recorded work must be queued before the free counts it. */
     for (int k = 0; k < nuses; k++) tpu_window_flush(uses[k], TPU_FLUSH_STREAM_WAIT);
     /* Its stream's window is open: the window may still read or write it. */
-    if (stream && tpu_window_defer_free(stream, devptr)) return TPU_OK;
-    return free_now(devptr, NULL);
-}
-
-size_t tpu_alloc_release(void *devptr) {
-    size_t never = 0;
-    free_now(devptr, &never);
-    return never;
+    bool kernel_written = false;
+    bool pending = stream && tpu_window_note_free(stream, devptr, bytes, &kernel_written);
+    if (kernel_written) tpu_alloc_materialize(devptr); /* a kernel writes it: it exists */
+    return free_now(devptr, pending);
 }
 
 bool tpu_alloc_any_deferred(void) { return atomic_load_explicit(&deferred_live, memory_order_relaxed) > 0; }
@@ -414,6 +417,15 @@ void tpu_alloc_materialize(const void *devptr) {
     block *b = lock_block(devptr, &a, &s);
     if (!a) return;
     if (b && b->live && b->deferred) bind_locked(a, b);
+    pthread_mutex_unlock(&a->mu);
+}
+
+void tpu_alloc_note_transient(int dev, size_t bytes) {
+    tpu_chip *c;
+    if (!bytes || tpu_chip_get(dev, &c)) return;
+    struct tpu_alloc *a = c->alloc;
+    pthread_mutex_lock(&a->mu);
+    if (a->st.allocated + bytes > a->st.peak_allocated) a->st.peak_allocated = a->st.allocated + bytes;
     pthread_mutex_unlock(&a->mu);
 }
 

@@ -73,12 +73,12 @@ tpu_status tpu_alloc_check_live(const void *devptr, size_t nbytes, const char *w
 void tpu_alloc_materialize(const void *devptr);
 /* Bind every live deferred block of chip `dev` (a flush: what is alive now exists). */
 void tpu_alloc_bind_all(int dev);
+/* A flushed window also stores `bytes` at once (at most) of results freed
+ * inside it: the peak counts them on top of what is allocated now (an upper
+ * bound: they need not have been alive together with all of it). */
+void tpu_alloc_note_transient(int dev, size_t bytes);
 bool tpu_alloc_any_deferred(void);
 bool tpu_alloc_is_bound(const void *devptr);
-/* Free for real a block whose free a window held back (tpu_free of a block
- * in use by an open window is deferred to the window's flush). Returns the
- * bytes of the block if it was never materialized (a dead intermediate). */
-size_t tpu_alloc_release(void *devptr);
 /* Device address of host address `host` inside chip `dev`'s arena. */
 void *tpu_host_to_dev(int dev, const void *host);
 
@@ -94,13 +94,18 @@ tpu_status tpu_view_check(const char *what, int k, tpu_tensor *t, bool device, i
  * an event, a wait, a synchronize or query, a mode switch, a full window,
  * memory pressure, an explicit tpu_flush) first flushes it: the graph is
  * compiled, its stored outputs are bound, and the program is queued as one
- * command. A block freed while its stream's window is open is freed for real
- * after the flush (so the window never sees its memory reused).
- * `n` mirrors g.n for lock-free emptiness checks. */
+ * command. A block freed while its stream's window is open is freed at once
+ * (its stream may reuse it in the same window: the graph orders accesses to
+ * a storage, frees included); the window notes where the free happened.
+ * `n` mirrors g.n for lock-free emptiness checks; `kw` is the set of
+ * storages written by launches that cannot fuse (a kernel will write them,
+ * so they are bound when freed). */
 typedef struct tpu_window {
     pthread_mutex_t mu;
     tpu_graph g;
     _Atomic int n;
+    const void **kw;
+    size_t kw_cap, kw_n;
 } tpu_window;
 tpu_window *tpu_stream_window(tpu_stream_t s);
 void tpu_window_init(tpu_window *w);
@@ -110,9 +115,12 @@ tpu_status tpu_window_record(tpu_stream_t s, const tpu_kargs *a);
 tpu_status tpu_window_flush(tpu_stream_t s, tpu_flush_cause cause);
 /* Flush every window of chip `dev` (every chip if dev < 0). */
 tpu_status tpu_windows_flush_dev(int dev, tpu_flush_cause cause);
-/* If s's window is open, hold the free of the block at device address
- * `devptr` until the flush and return true; else false (free it now). */
-bool tpu_window_defer_free(tpu_stream_t s, void *devptr);
+/* If s's window is open, note the free of the block at device address
+ * `devptr` there and return true (*kernel_written: a recorded launch that
+ * cannot fuse writes it); else false. */
+bool tpu_window_note_free(tpu_stream_t s, void *devptr, size_t bytes, bool *kernel_written);
+/* Count bytes freed without ever being bound (fused_stats). */
+void tpu_fused_note_never(size_t bytes);
 /* Whether any open window of chip `dev` writes the storage at `devptr`. */
 bool tpu_windows_write(int dev, const void *devptr);
 

@@ -3,16 +3,16 @@
  *
  * DESIGN
  * A window is the graph (graph/) of launches recorded on one stream since
- * its last flush, plus the storages freed meanwhile. Recording copies the
- * validated launch (host addresses already translated) into the graph. A
- * flush compiles the graph (fusion, dead intermediates), binds every
- * storage the program stores to (tpu_alloc_materialize), queues the program
- * as one TPU_CMD_GRAPH command with tpu_stream_enqueue_raw, then frees for
- * real the blocks whose free the window held back: their free sequence
- * number now lies after the program, so the allocator's stream-ordered
- * reuse stays correct, and a block freed inside a window is never handed
- * out again within it. A block that was never bound is counted as never
- * materialized.
+ * its last flush, plus where storages were freed meanwhile. Recording
+ * copies the validated launch (host addresses already translated) into the
+ * graph. A free inside the window is noted there and done at once (alloc.c):
+ * the stream may reuse the block in the same window, which the graph sees
+ * as a later write to the same storage; other streams wait for the flushed
+ * program. A flush compiles the graph (fusion, dead intermediates), binds
+ * every storage the program stores to (tpu_alloc_materialize) and what is
+ * still alive, and queues the program as one TPU_CMD_GRAPH command with
+ * tpu_stream_enqueue_raw. A block freed without ever being bound is counted
+ * as never materialized.
  *
  * The window's lock is held across a flush (compile, bind, queue), so
  * flushes and recordings of one stream are serialized; lock order is
@@ -58,6 +58,52 @@ void tpu_fused_reset_stats(void) {
     atomic_store(&st_misses, 0);
 }
 
+void tpu_fused_note_never(size_t bytes) { atomic_fetch_add(&st_never_bytes, (uint64_t)bytes); }
+
+/* ---- the set of storages written by launches that cannot fuse ---- */
+
+/* Whether a launch may run inside a fused group (a cheap superset of what
+ * the planner fuses: a float-domain elementwise op or a float random fill). */
+static bool may_fuse(const tpu_kargs *a) {
+    tpu_op_class c = tpu_op_class_of(a->op);
+    if (c == TPU_CLASS_RANDOM) return a->op != TPU_OP_RAND_INT;
+    if (a->op == TPU_OP_COPY) return true; /* a cast (class MOVE) */
+    if (c < TPU_CLASS_UNARY || c > TPU_CLASS_TERNARY || tpu_op_family_of(a->op) != TPU_FAM_EW) return false;
+    tpu_dtype cd = (tpu_dtype)a->p.compute_dtype;
+    return cd == TPU_F32 || cd == TPU_F16 || cd == TPU_BF16;
+}
+
+static size_t kw_slot(const tpu_window *w, const void *k) {
+    size_t i = (((uintptr_t)k >> 4) * 0x9E3779B97F4A7C15ull >> 20) & (w->kw_cap - 1);
+    while (w->kw[i] && w->kw[i] != k) i = (i + 1) & (w->kw_cap - 1);
+    return i;
+}
+
+static bool kw_has(const tpu_window *w, const void *k) { return w->kw_cap && w->kw[kw_slot(w, k)] == k; }
+
+static void kw_add(tpu_window *w, const void *k) {
+    if (2 * (w->kw_n + 1) > w->kw_cap) {
+        size_t cap = w->kw_cap ? 2 * w->kw_cap : 256;
+        const void **old = w->kw;
+        size_t oldcap = w->kw_cap;
+        const void **nk = calloc(cap, sizeof *nk);
+        if (!nk) return; /* (then its free will not bind it: fused_stats undercounts) */
+        w->kw = nk;
+        w->kw_cap = cap;
+        w->kw_n = 0;
+        for (size_t i = 0; i < oldcap; i++)
+            if (old[i]) w->kw[kw_slot(w, old[i])] = old[i], w->kw_n++;
+        free(old);
+    }
+    size_t i = kw_slot(w, k);
+    if (!w->kw[i]) w->kw[i] = k, w->kw_n++;
+}
+
+static void kw_clear(tpu_window *w) {
+    if (w->kw_n) memset(w->kw, 0, w->kw_cap * sizeof *w->kw);
+    w->kw_n = 0;
+}
+
 /* TORCH_TPU_FUSED_DUMP=1: print each flushed window's program to stderr. */
 static _Atomic int dump_on = -1;
 static bool dump_enabled(void) {
@@ -74,6 +120,8 @@ void tpu_window_init(tpu_window *w) {
     pthread_mutex_init(&w->mu, NULL);
     tpu_graph_init(&w->g);
     atomic_init(&w->n, 0);
+    w->kw = NULL;
+    w->kw_cap = w->kw_n = 0;
 }
 
 static size_t view_span_bytes(const tpu_tensor *t) {
@@ -99,7 +147,11 @@ tpu_status tpu_window_record(tpu_stream_t s, const tpu_kargs *a) {
     memcpy(node->t, a->t, (size_t)a->n * sizeof *a->t);
     node->p = a->p;
     node->err[0] = 0;
-    for (int k = 0; k < tpu_op_infos[a->op].nout && k < a->n; k++) w->g.out_bytes += view_span_bytes(&a->t[k]);
+    bool fuses = may_fuse(a);
+    for (int k = 0; k < tpu_op_infos[a->op].nout && k < a->n; k++) {
+        w->g.out_bytes += view_span_bytes(&a->t[k]);
+        if (!fuses && !a->t[k].is_scalar) kw_add(w, a->t[k].base);
+    }
     int n = w->g.n;
     atomic_store_explicit(&w->n, n, memory_order_release);
     pthread_mutex_unlock(&w->mu);
@@ -126,26 +178,15 @@ tpu_status tpu_window_flush(tpu_stream_t s, tpu_flush_cause cause) {
         return TPU_OK;
     }
     int dev = tpu_stream_device(s);
-    /* Keep the held frees: compile empties the graph's list. */
-    int nfreed = w->g.nfreed;
-    void **freed = NULL;
-    if (nfreed) {
-        freed = malloc((size_t)nfreed * sizeof *freed);
-        if (!freed) {
-            pthread_mutex_unlock(&w->mu);
-            return tpu_set_error(TPU_ERROR_OUT_OF_MEMORY, "out of host memory flushing a window");
-        }
-        memcpy(freed, w->g.freed, (size_t)nfreed * sizeof *freed);
-    }
     tpu_gprog *p = tpu_graph_compile(&w->g);
     tpu_cmd *c = p ? tpu_cmd_new(TPU_CMD_GRAPH) : NULL;
     if (!c) {
         tpu_gprog_free(p); /* (the graph's nodes went with it: cannot happen once compiled) */
-        free(freed);
         pthread_mutex_unlock(&w->mu);
         return tpu_set_error(TPU_ERROR_OUT_OF_MEMORY, "out of host memory flushing a window");
     }
     atomic_store_explicit(&w->n, 0, memory_order_release);
+    kw_clear(w);
     bind_ctx b = {dev};
     tpu_gprog_foreach_store(p, bind_store, &b);
     tpu_gprog_info info = tpu_gprog_get_info(p);
@@ -156,17 +197,14 @@ tpu_status tpu_window_flush(tpu_stream_t s, tpu_flush_cause cause) {
     }
     c->u.graph = p;
     tpu_status st = tpu_stream_enqueue_raw(s, c, NULL);
-    size_t never = 0;
-    for (int i = 0; i < nfreed; i++) never += tpu_alloc_release(tpu_host_to_dev(dev, freed[i]));
-    free(freed);
     tpu_alloc_bind_all(dev); /* what is still alive exists now (an empty() nothing wrote included) */
+    tpu_alloc_note_transient(dev, info.transient_peak);
     pthread_mutex_unlock(&w->mu);
     atomic_fetch_add(&st_flushes[cause], 1);
     atomic_fetch_add(&st_fused, (uint64_t)info.fused_nodes);
     atomic_fetch_add(&st_groups, (uint64_t)info.groups);
     atomic_fetch_add(&st_kernels, (uint64_t)(info.steps - info.groups));
     atomic_fetch_add(&st_dead, (uint64_t)info.dead_results);
-    atomic_fetch_add(&st_never_bytes, (uint64_t)never);
     atomic_fetch_add(info.cache_hit ? &st_hits : &st_misses, 1);
     return st;
 }
@@ -189,14 +227,19 @@ tpu_status tpu_flush(tpu_stream_t s) {
     return s ? tpu_window_flush(s, TPU_FLUSH_EXPLICIT) : tpu_windows_flush_dev(-1, TPU_FLUSH_EXPLICIT);
 }
 
-bool tpu_window_defer_free(tpu_stream_t s, void *devptr) {
+bool tpu_window_note_free(tpu_stream_t s, void *devptr, size_t bytes, bool *kernel_written) {
     tpu_window *w = s ? tpu_stream_window(s) : NULL;
+    *kernel_written = false;
     if (!w || atomic_load_explicit(&w->n, memory_order_acquire) == 0) return false;
     void *host = tpu_dev_to_host(devptr);
     pthread_mutex_lock(&w->mu);
-    bool held = w->g.n > 0 && host && tpu_graph_add_freed(&w->g, host);
+    bool open = w->g.n > 0 && host;
+    if (open) {
+        tpu_graph_add_freed(&w->g, host, bytes); /* (no host memory: the free goes unseen, its value is stored) */
+        *kernel_written = kw_has(w, host);
+    }
     pthread_mutex_unlock(&w->mu);
-    return held;
+    return open;
 }
 
 bool tpu_windows_write(int dev, const void *devptr) {
