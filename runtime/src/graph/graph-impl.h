@@ -57,7 +57,6 @@ typedef struct tpu_graph {
     int *freed_at;      /* ... each after how many nodes (a storage may be freed, reused and freed again) */
     size_t *freed_size; /* ... and the bytes of the block freed */
     int nfreed, capfreed;
-    size_t out_bytes; /* bytes the nodes' outputs span (for the window's cap) */
 } tpu_graph;
 
 /* An empty graph (no allocation until the first node). */

@@ -901,7 +901,6 @@ static bool plan_bind(tpu_gprog *p, tpu_graph *gr, bool refresh) {
     gr->nodes = NULL;
     gr->n = gr->cap = 0;
     gr->nfreed = 0;
-    gr->out_bytes = 0;
     return true;
 }
 

@@ -1,9 +1,8 @@
 /* interp.c - the block interpreter: runs a fused group over its iteration
  * space in tiles of TPU_TILE elements, on the compute pool.
  *
- * The group's memory operands are coalesced together (size-1 dims dropped,
- * dims contiguous across every operand merged), as one launch's operands
- * are in elementwise.c, then the space is cut into blocks of GR_GRAIN
+ * The group's memory operands are coalesced together (tpu_tile_coalesce, as
+ * one launch's operands are in elementwise.c), then the space is cut into blocks of GR_GRAIN
  * elements for tpu_parallel_for. Each block walks its rows a tile at a time
  * and runs the group's ops in order on tile-sized slots: loads convert any
  * dtype and stride into float32 (the tile layer), the op is its ops.def
@@ -153,45 +152,15 @@ static void gr_blocks(void *ctx, int64_t b0, int64_t b1) {
     if (off != stack_off) free(off);
 }
 
-/* Drop size-1 dims and merge dims contiguous across every memory operand. */
-static void gr_coalesce(gr_run *r, const tpu_tensor *o) {
-    const gr_group *g = r->g;
-    int nd = 0;
-    r->numel = 1;
-    for (int d = 0; d < o->ndim; d++) {
-        r->numel *= o->sizes[d];
-        if (o->sizes[d] == 1) continue;
-        for (int m = 0; m < g->nmem; m++) {
-            const tpu_tensor *t = &r->nodes[g->mem[m].node].t[g->mem[m].k];
-            r->st[m][nd] = t->ndim != o->ndim ? 0 : t->strides[d]; /* as elementwise.c: another rank broadcasts */
-        }
-        r->sz[nd] = o->sizes[d];
-        if (nd > 0) {
-            bool merge = true;
-            for (int m = 0; m < g->nmem; m++) merge = merge && r->st[m][nd - 1] == r->st[m][nd] * r->sz[nd];
-            if (merge) {
-                r->sz[nd - 1] *= r->sz[nd];
-                for (int m = 0; m < g->nmem; m++) r->st[m][nd - 1] = r->st[m][nd];
-                continue;
-            }
-        }
-        nd++;
-    }
-    if (nd == 0) {
-        r->sz[0] = 1;
-        for (int m = 0; m < g->nmem; m++) r->st[m][0] = 0;
-        nd = 1;
-    }
-    r->nd = nd;
-}
-
 tpu_status tpu_gr_run_group(const tpu_gprog *p, const gr_group *g) {
     gr_run *r = malloc(sizeof *r);
     size_t nm = (size_t)(g->nmem ? g->nmem : 1);
     void *arrays = malloc(nm * (sizeof *r->st + sizeof *r->base + sizeof *r->dt + sizeof *r->esz));
-    if (!r || !arrays) {
+    const tpu_tensor **views = malloc(nm * sizeof *views);
+    if (!r || !arrays || !views) {
         free(r);
         free(arrays);
+        free(views);
         return TPU_ERROR_OUT_OF_MEMORY;
     }
     r->st = arrays; /* int64 rows first: every part stays aligned */
@@ -202,12 +171,13 @@ tpu_status tpu_gr_run_group(const tpu_gprog *p, const gr_group *g) {
     atomic_init(&r->oom, false);
     r->nodes = p->nodes;
     for (int m = 0; m < g->nmem; m++) {
-        const tpu_tensor *t = &p->nodes[g->mem[m].node].t[g->mem[m].k];
+        const tpu_tensor *t = views[m] = &p->nodes[g->mem[m].node].t[g->mem[m].k];
         r->dt[m] = (tpu_dtype)t->dtype;
         r->esz[m] = tpu_dtype_size(r->dt[m]);
         r->base[m] = (char *)t->base + (size_t)t->offset * r->esz[m];
     }
-    gr_coalesce(r, &p->nodes[g->ops[0].node].t[0]);
+    r->numel = tpu_tile_coalesce(&p->nodes[g->ops[0].node].t[0], g->nmem, views, r->sz, r->st, &r->nd);
+    free(views);
     if (r->numel > 0) tpu_parallel_for((r->numel + GR_GRAIN - 1) / GR_GRAIN, 1, gr_blocks, r);
     bool oom = atomic_load(&r->oom);
     free(arrays);

@@ -222,13 +222,16 @@ EW_INLINE double ew_minnd(double a, double b) { return ew_seld((a < b) | (a != a
     default: break;                                                    \
     }
 
+/* EW_OUT(v): what a tile function stores for result v (v itself, or v
+ * rounded to bfloat16 in ew_tile_f_bf16). */
+#define EW_OUT(v) (v)
 #define TPU_EXPR_BODY(e)                \
     for (int i = 0; i < EW_TILE; i++) { \
         T x = X[i], y = Y[i], z = Z[i]; \
         (void)x;                        \
         (void)y;                        \
         (void)z;                        \
-        O[i] = (T)(e);                  \
+        O[i] = EW_OUT((T)(e));          \
     }
 #define TPU_EXPR_PARAM_I(s) ((T)p->pi[s])
 
@@ -253,15 +256,8 @@ static EW_CLONES int ew_tile_f(tpu_op op, float *restrict O, const float *restri
 
 /* ew_tile_f with each result rounded to bfloat16 in the same loop (the
  * graph interpreter's bf16 results: one pass over the tile, not two). */
-#undef TPU_EXPR_BODY
-#define TPU_EXPR_BODY(e)                \
-    for (int i = 0; i < EW_TILE; i++) { \
-        T x = X[i], y = Y[i], z = Z[i]; \
-        (void)x;                        \
-        (void)y;                        \
-        (void)z;                        \
-        O[i] = ew_round_bf16((T)(e));   \
-    }
+#undef EW_OUT
+#define EW_OUT(v) ew_round_bf16(v)
 static EW_CLONES void ew_tile_f_bf16(tpu_op op, float *restrict O, const float *restrict X, const float *restrict Y,
                                      const float *restrict Z, const ew_par *p) {
     typedef float T;
@@ -282,15 +278,8 @@ static EW_CLONES void ew_tile_f_bf16(tpu_op op, float *restrict O, const float *
         break;
     }
 }
-#undef TPU_EXPR_BODY
-#define TPU_EXPR_BODY(e)                \
-    for (int i = 0; i < EW_TILE; i++) { \
-        T x = X[i], y = Y[i], z = Z[i]; \
-        (void)x;                        \
-        (void)y;                        \
-        (void)z;                        \
-        O[i] = (T)(e);                  \
-    }
+#undef EW_OUT
+#define EW_OUT(v) (v)
 
 static EW_CLONES int ew_tile_d(tpu_op op, double *restrict O, const double *restrict X, const double *restrict Y,
                                const double *restrict Z, const ew_par *p) {
@@ -336,6 +325,7 @@ static EW_CLONES int ew_tile_i(tpu_op op, int64_t *restrict O, const int64_t *re
 }
 #undef TPU_EXPR_BODY
 #undef TPU_EXPR_PARAM_I
+#undef EW_OUT
 
 /* ---- the tile walker ---- */
 
@@ -573,37 +563,11 @@ static void ew_blocks(void *ctx, int64_t b0, int64_t b1) {
 
 /* ---- setup ---- */
 
-/* Drop size-1 dims, merge dims contiguous across all operands. Returns numel. */
+/* The launch's iteration space (tpu_tile_coalesce). Returns numel. */
 static int64_t ew_coalesce(ew_ctx *c, const tpu_kargs *a) {
-    const tpu_tensor *o = &a->t[0];
-    int nop = c->nin + 1, nd = 0;
-    int64_t numel = 1;
-    for (int d = 0; d < o->ndim; d++) {
-        numel *= o->sizes[d];
-        if (o->sizes[d] == 1) continue;
-        for (int k = 0; k < nop; k++) {
-            const tpu_tensor *t = &a->t[k];
-            c->st[k][nd] = (c->scalar[k] || t->ndim != o->ndim) ? 0 : t->strides[d];
-        }
-        c->sz[nd] = o->sizes[d];
-        if (nd > 0) {
-            bool merge = true;
-            for (int k = 0; k < nop; k++) merge = merge && c->st[k][nd - 1] == c->st[k][nd] * c->sz[nd];
-            if (merge) {
-                c->sz[nd - 1] *= c->sz[nd];
-                for (int k = 0; k < nop; k++) c->st[k][nd - 1] = c->st[k][nd];
-                continue;
-            }
-        }
-        nd++;
-    }
-    if (nd == 0) {
-        c->sz[0] = 1;
-        for (int k = 0; k < nop; k++) c->st[k][0] = 0;
-        nd = 1;
-    }
-    c->nd = nd;
-    return numel;
+    const tpu_tensor *t[EW_NOP];
+    for (int k = 0; k <= c->nin; k++) t[k] = &a->t[k];
+    return tpu_tile_coalesce(&a->t[0], c->nin + 1, t, c->sz, c->st, &c->nd);
 }
 
 static void ew_setup_params(ew_par *p, ew_dom dom, int nin, const tpu_kargs *a) {

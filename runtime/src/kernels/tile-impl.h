@@ -166,4 +166,13 @@ void tpu_tile_load_f64_at(double *restrict dst, const void *base, const int64_t 
 void tpu_tile_store_f32_at(void *base, const int64_t *off, const float *restrict src, int64_t n, tpu_dtype dt);
 void tpu_tile_store_f64_at(void *base, const int64_t *off, const double *restrict src, int64_t n, tpu_dtype dt);
 
+/* ---- iteration spaces ----
+ * The space of output view o walked over nop operand views t[k]: size-1
+ * dims dropped, adjacent dims contiguous across every operand merged, so a
+ * contiguous or simply broadcast launch becomes one long row. A host scalar,
+ * or an operand of another rank than o, gets stride 0 (broadcast). Writes
+ * sz[0 .. *nd) and st[k][0 .. *nd) (at least one dim); returns numel. */
+int64_t tpu_tile_coalesce(const tpu_tensor *o, int nop, const tpu_tensor *const *t, int64_t *sz,
+                          int64_t (*st)[TPU_MAX_DIMS], int *nd);
+
 #endif

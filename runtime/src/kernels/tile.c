@@ -152,3 +152,32 @@ TILE_CLONES void tpu_tile_store_f64_at(void *base, const int64_t *off, const dou
                                        tpu_dtype dt) {
     TILE_STORE_SWITCH(TILE_ST_AT);
 }
+
+int64_t tpu_tile_coalesce(const tpu_tensor *o, int nop, const tpu_tensor *const *t, int64_t *sz,
+                          int64_t (*st)[TPU_MAX_DIMS], int *nd_out) {
+    int nd = 0;
+    int64_t numel = 1;
+    for (int d = 0; d < o->ndim; d++) {
+        numel *= o->sizes[d];
+        if (o->sizes[d] == 1) continue;
+        for (int k = 0; k < nop; k++) st[k][nd] = (t[k]->is_scalar || t[k]->ndim != o->ndim) ? 0 : t[k]->strides[d];
+        sz[nd] = o->sizes[d];
+        if (nd > 0) {
+            bool merge = true;
+            for (int k = 0; k < nop; k++) merge = merge && st[k][nd - 1] == st[k][nd] * sz[nd];
+            if (merge) {
+                sz[nd - 1] *= sz[nd];
+                for (int k = 0; k < nop; k++) st[k][nd - 1] = st[k][nd];
+                continue;
+            }
+        }
+        nd++;
+    }
+    if (nd == 0) {
+        sz[0] = 1;
+        for (int k = 0; k < nop; k++) st[k][0] = 0;
+        nd = 1;
+    }
+    *nd_out = nd;
+    return numel;
+}

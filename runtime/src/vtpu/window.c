@@ -124,16 +124,6 @@ void tpu_window_init(tpu_window *w) {
     w->kw_cap = w->kw_n = 0;
 }
 
-static size_t view_span_bytes(const tpu_tensor *t) {
-    if (t->is_scalar) return 0;
-    int64_t hi = 1;
-    for (int d = 0; d < t->ndim; d++) {
-        if (t->sizes[d] == 0) return 0;
-        hi += (t->sizes[d] - 1) * (t->strides[d] < 0 ? -t->strides[d] : t->strides[d]);
-    }
-    return (size_t)hi * tpu_dtype_size((tpu_dtype)t->dtype);
-}
-
 tpu_status tpu_window_record(tpu_stream_t s, const tpu_kargs *a) {
     tpu_window *w = tpu_stream_window(s);
     pthread_mutex_lock(&w->mu);
@@ -147,11 +137,9 @@ tpu_status tpu_window_record(tpu_stream_t s, const tpu_kargs *a) {
     memcpy(node->t, a->t, (size_t)a->n * sizeof *a->t);
     node->p = a->p;
     node->err[0] = 0;
-    bool fuses = may_fuse(a);
-    for (int k = 0; k < tpu_op_infos[a->op].nout && k < a->n; k++) {
-        w->g.out_bytes += view_span_bytes(&a->t[k]);
-        if (!fuses && !a->t[k].is_scalar) kw_add(w, a->t[k].base);
-    }
+    if (!may_fuse(a))
+        for (int k = 0; k < tpu_op_infos[a->op].nout && k < a->n; k++)
+            if (!a->t[k].is_scalar) kw_add(w, a->t[k].base);
     int n = w->g.n;
     atomic_store_explicit(&w->n, n, memory_order_release);
     pthread_mutex_unlock(&w->mu);
@@ -160,14 +148,7 @@ tpu_status tpu_window_record(tpu_stream_t s, const tpu_kargs *a) {
     return TPU_OK;
 }
 
-typedef struct bind_ctx {
-    int dev;
-} bind_ctx;
-
-static void bind_store(void *user, void *host) {
-    bind_ctx *b = user;
-    tpu_alloc_materialize(tpu_host_to_dev(b->dev, host));
-}
+static void bind_store(void *dev, void *host) { tpu_alloc_materialize(tpu_host_to_dev(*(int *)dev, host)); }
 
 tpu_status tpu_window_flush(tpu_stream_t s, tpu_flush_cause cause) {
     tpu_window *w = tpu_stream_window(s);
@@ -187,8 +168,7 @@ tpu_status tpu_window_flush(tpu_stream_t s, tpu_flush_cause cause) {
     }
     atomic_store_explicit(&w->n, 0, memory_order_release);
     kw_clear(w);
-    bind_ctx b = {dev};
-    tpu_gprog_foreach_store(p, bind_store, &b);
+    tpu_gprog_foreach_store(p, bind_store, &dev);
     tpu_gprog_info info = tpu_gprog_get_info(p);
     if (dump_enabled()) {
         fprintf(stderr, "[torch_tpu] flush (%s) on tpu:%d stream %lld\n", tpu_flush_cause_name(cause), dev,
