@@ -270,6 +270,53 @@ static void test_plan_cache(void) {
               (unsigned long long)(s1.plan_cache_misses - s0.plan_cache_misses));
 }
 
+/* A window over many storages (the planner's maps grow past their first
+ * room); recorded again it hits the cache; with a different free pattern it
+ * is a different key, planned afresh; every round's sum is exact. */
+static void test_plan_cache_many_storages(void) {
+    enum { N = 300, E = 40 };
+    int64_t sz[1] = {E};
+    double v[E];
+    tpu_fused_stats s0, s1;
+    for (int round = 0; round < 4; round++) {
+        CHECK_OK(tpu_set_eager_mode(TPU_EAGER_STRICT));
+        tpu_tensor x[N];
+        for (int i = 0; i < N; i++) {
+            for (int e = 0; e < E; e++) v[e] = (i % 7) + e;
+            x[i] = dev_tensor(TPU_F32, 1, sz, v);
+        }
+        tpu_tensor acc = like(&x[0], TPU_F32);
+        CHECK_OK(tpu_set_eager_mode(TPU_EAGER_FUSED));
+        tpu_fused_get_stats(&s0);
+        tpu_tensor c0[] = {acc, x[0]};
+        launch(TPU_OP_COPY, c0, 2, (tpu_params){0}, TPU_F32);
+        for (int i = 1; i < N; i++) {
+            tpu_tensor a[] = {acc, acc, x[i]};
+            launch(TPU_OP_ADD, a, 3, TPU_PARAMS(ADD, .alpha = 1), TPU_F32);
+            if (round == 3 && i == N / 2) CHECK_OK(tpu_free(x[i].base)); /* freed once read */
+        }
+        float h[E];
+        CHECK_OK(tpu_memcpy(h, acc.base, sizeof h, TPU_COPY_D2H, NULL));
+        tpu_fused_get_stats(&s1);
+        CHECK_OK(tpu_set_eager_mode(TPU_EAGER_STRICT));
+        bool ok = true;
+        for (int e = 0; e < E; e++) {
+            double want = 0;
+            for (int i = 0; i < N; i++) want += (i % 7) + e;
+            ok = ok && h[e] == (float)want;
+        }
+        CHECK_MSG(ok, "round %d: sum of %d storages", round, N);
+        uint64_t hits = s1.plan_cache_hits - s0.plan_cache_hits, misses = s1.plan_cache_misses - s0.plan_cache_misses;
+        if (round == 1 || round == 2)
+            CHECK_MSG(hits == 1 && misses == 0, "round %d: hits %llu misses %llu", round, (unsigned long long)hits,
+                      (unsigned long long)misses);
+        if (round == 3) CHECK_MSG(misses == 1, "round 3 (new free pattern): misses %llu", (unsigned long long)misses);
+        for (int i = 0; i < N; i++)
+            if (round != 3 || i != N / 2) CHECK_OK(tpu_free(x[i].base));
+        CHECK_OK(tpu_free(acc.base));
+    }
+}
+
 /* ---- random fills fuse with their consumers, drawing the same numbers ---- */
 
 static unsigned char *run_dropout(tpu_eager_mode mode, tpu_dtype dt, unsigned char **mask_out) {
@@ -464,6 +511,7 @@ int main(void) {
     RUN_TEST(test_every_fusible_op_matches_strict);
     RUN_TEST(test_chain_broadcast_scalar_cast_inplace);
     RUN_TEST(test_plan_cache);
+    RUN_TEST(test_plan_cache_many_storages);
     RUN_TEST(test_random_fuses_bit_for_bit);
     RUN_TEST(test_other_views_do_not_fuse);
     RUN_TEST(test_flush_points);

@@ -54,10 +54,10 @@ tpu_status tpu_op_check_dtypes(tpu_op op, const tpu_tensor *t, int n, const tpu_
  * tpu_kernel_fail(), which names the op. */
 typedef struct tpu_kargs {
     tpu_op op;
-    int n;                          /* operands: outputs first */
+    int n;        /* operands: outputs first */
+    tpu_params p; /* before t[]: a recorded graph's node reads op, n, p and t[0] in a few cache lines */
     tpu_tensor t[TPU_MAX_OPERANDS]; /* t[k].base is a host pointer here */
-    tpu_params p;
-    char err[256]; /* filled by tpu_kernel_fail */
+    char err[256];                  /* filled by tpu_kernel_fail */
 } tpu_kargs;
 
 typedef tpu_status (*tpu_kernel_fn)(tpu_kargs *a);

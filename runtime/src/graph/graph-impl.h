@@ -57,14 +57,16 @@ typedef struct tpu_graph {
     int *freed_at;      /* ... each after how many nodes (a storage may be freed, reused and freed again) */
     size_t *freed_size; /* ... and the bytes of the block freed */
     int nfreed, capfreed;
+    struct gr_key *key; /* the plan-cache key, built as nodes are appended (graph.c) */
+    bool nokey;         /* no host memory for it: planned without the cache */
 } tpu_graph;
 
 /* An empty graph (no allocation until the first node). */
 void tpu_graph_init(tpu_graph *g);
 /* Free everything the graph owns; it is empty again. */
 void tpu_graph_release(tpu_graph *g);
-/* Room for one more node at the end (NULL: out of host memory). */
-tpu_kargs *tpu_graph_add(tpu_graph *g);
+/* Append a copy of launch a as the last node (NULL: out of host memory). */
+tpu_kargs *tpu_graph_append(tpu_graph *g, const tpu_kargs *a);
 /* Note that the storage at `base` was freed now, after the nodes recorded
  * so far (false: out of host memory). */
 bool tpu_graph_add_freed(tpu_graph *g, void *base, size_t bytes);

@@ -7,19 +7,234 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* ---- a pointer -> int map (open addressing; keys are storage bases) ---- */
+
+typedef struct ptrmap {
+    const void **key;
+    int *val;
+    size_t mask, count;
+    int shift;
+    bool bad; /* a growth found no host memory: the map is incomplete */
+} ptrmap;
+
+/* Room for about `hint` keys to start with; the map grows as keys come
+ * (a window's operands mostly share a few storages, so the operand count is
+ * a poor size: a table that large is faulted in and missed in cache). */
+static bool pm_init(ptrmap *m, size_t hint) {
+    size_t cap = 64;
+    int bits = 6;
+    while (cap < 2 * hint + 1 && cap < 4096) cap *= 2, bits++;
+    m->key = calloc(cap, sizeof *m->key);
+    m->val = malloc(cap * sizeof *m->val);
+    m->mask = cap - 1;
+    m->count = 0;
+    m->shift = 64 - bits;
+    m->bad = false;
+    return m->key && m->val;
+}
+
+static void pm_free(ptrmap *m) {
+    free(m->key);
+    free(m->val);
+}
+
+/* Empty again, keeping its room. */
+static void pm_clear(ptrmap *m) {
+    memset(m->key, 0, (m->mask + 1) * sizeof *m->key);
+    m->count = 0;
+    m->bad = false;
+}
+
+static size_t pm_slot(const ptrmap *m, const void *k) {
+    size_t i = (size_t)(((uint64_t)(uintptr_t)k * 0x9E3779B97F4A7C15ull) >> m->shift); /* Fibonacci hashing */
+    while (m->key[i] && m->key[i] != k) i = (i + 1) & m->mask;
+    return i;
+}
+
+/* Value at k, or `dflt`. */
+static int pm_get(const ptrmap *m, const void *k, int dflt) {
+    size_t i = pm_slot(m, k);
+    return m->key[i] ? m->val[i] : dflt;
+}
+
+static void pm_put(ptrmap *m, const void *k, int v) {
+    if (m->bad) return;
+    if (2 * (m->count + 1) > m->mask + 1) { /* grow: rehash into twice the room */
+        ptrmap g = {.mask = 2 * m->mask + 1, .shift = m->shift - 1};
+        g.key = calloc(g.mask + 1, sizeof *g.key);
+        g.val = malloc((g.mask + 1) * sizeof *g.val);
+        if (!g.key || !g.val) {
+            pm_free(&g);
+            m->bad = true;
+            return;
+        }
+        for (size_t i = 0; i <= m->mask; i++)
+            if (m->key[i]) {
+                size_t j = pm_slot(&g, m->key[i]);
+                g.key[j] = m->key[i];
+                g.val[j] = m->val[i];
+            }
+        g.count = m->count;
+        pm_free(m);
+        *m = g;
+    }
+    size_t i = pm_slot(m, k);
+    m->count += !m->key[i];
+    m->key[i] = k;
+    m->val[i] = v;
+}
+
+/* ---- the plan-cache key's words (see "the plan cache" below) ---- */
+
+#define GR_CACHE_MAX_KEY (1u << 20) /* words: larger windows are planned every time */
+
+typedef struct keybuf {
+    uint64_t *w;
+    size_t n, cap;
+    bool bad;
+} keybuf;
+
+static void kput(keybuf *k, uint64_t v) {
+    if (k->bad) return;
+    if (k->n == k->cap) {
+        size_t cap = k->cap ? 2 * k->cap : 1024;
+        uint64_t *w = cap <= GR_CACHE_MAX_KEY ? realloc(k->w, cap * sizeof *w) : NULL;
+        if (!w) {
+            k->bad = true;
+            return;
+        }
+        k->w = w;
+        k->cap = cap;
+    }
+    k->w[k->n++] = v;
+}
+
+/* The key as the graph's nodes are appended: built from the launch being
+ * recorded (its views are in cache then; read back from a window of
+ * thousands of nodes at the flush they no longer are). */
+typedef struct gr_key gr_key;
+struct gr_key {
+    keybuf k;
+    ptrmap ord; /* storage base -> order of first appearance (1, 2, ...) */
+    int next;
+};
+
+static void key_add(tpu_graph *g, const tpu_kargs *a) {
+    if (!g->key && !g->nokey) {
+        g->key = calloc(1, sizeof *g->key);
+        if (!g->key || !pm_init(&g->key->ord, 64)) {
+            if (g->key) pm_free(&g->key->ord);
+            free(g->key);
+            g->key = NULL;
+            g->nokey = true; /* this graph is planned without the cache */
+            return;
+        }
+        g->key->next = 1;
+    }
+    gr_key *K = g->key;
+    if (!K || K->k.bad) return;
+    keybuf *k = &K->k;
+    kput(k, (uint64_t)a->op | (uint64_t)a->n << 16 | (uint64_t)(uint32_t)a->p.compute_dtype << 32);
+    for (int j = 0; j < a->n; j++) {
+        const tpu_tensor *t = &a->t[j];
+        if (t->is_scalar) {
+            kput(k, ~(uint64_t)0);
+            continue;
+        }
+        int o = pm_get(&K->ord, t->base, 0);
+        if (!o) pm_put(&K->ord, t->base, o = K->next++);
+        kput(k, (uint64_t)o | (uint64_t)(uint32_t)t->dtype << 32 | (uint64_t)(uint32_t)t->ndim << 48);
+        kput(k, (uint64_t)t->offset);
+        for (int d = 0; d < t->ndim; d++) {
+            kput(k, (uint64_t)t->sizes[d]);
+            kput(k, (uint64_t)t->strides[d]);
+        }
+    }
+}
+
+/* The graph was emptied (compiled): its key starts over, keeping its room. */
+static void key_reset(tpu_graph *g) {
+    g->nokey = false;
+    if (!g->key) return;
+    g->key->k.n = 0;
+    g->key->k.bad = false;
+    pm_clear(&g->key->ord);
+    g->key->next = 1;
+}
+
+static void key_free(tpu_graph *g) {
+    if (g->key) {
+        free(g->key->k.w);
+        pm_free(&g->key->ord);
+    }
+    free(g->key);
+    g->key = NULL;
+}
+
 /* ---- the IR ---- */
 
 void tpu_graph_init(tpu_graph *g) { memset(g, 0, sizeof *g); }
 
+/* Node arrays are large (a tpu_kargs holds every operand's full view) and a
+ * window hands its array to the program it compiles, so a new window would
+ * grow a fresh one by reallocation and fault its pages in again each time.
+ * Programs give their arrays back here instead, and windows start from one. */
+#define GR_POOL_ARRAYS 3
+static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    tpu_kargs *nodes;
+    int cap;
+} pool[GR_POOL_ARRAYS];
+
+static void pool_put(tpu_kargs *nodes, int cap) {
+    if (!nodes) return;
+    pthread_mutex_lock(&pool_mu);
+    for (int i = 0; i < GR_POOL_ARRAYS; i++)
+        if (!pool[i].nodes) {
+            pool[i].nodes = nodes;
+            pool[i].cap = cap;
+            nodes = NULL;
+            break;
+        }
+    pthread_mutex_unlock(&pool_mu);
+    free(nodes);
+}
+
+static tpu_kargs *pool_get(int *cap) {
+    tpu_kargs *nodes = NULL;
+    pthread_mutex_lock(&pool_mu);
+    for (int i = 0; i < GR_POOL_ARRAYS && !nodes; i++)
+        if (pool[i].nodes) {
+            nodes = pool[i].nodes;
+            *cap = pool[i].cap;
+            pool[i].nodes = NULL;
+        }
+    pthread_mutex_unlock(&pool_mu);
+    return nodes;
+}
+
 void tpu_graph_release(tpu_graph *g) {
-    free(g->nodes);
+    pool_put(g->nodes, g->cap);
+    key_free(g);
     free(g->freed);
     free(g->freed_at);
     free(g->freed_size);
     tpu_graph_init(g);
 }
 
-tpu_kargs *tpu_graph_add(tpu_graph *g) {
+/* *d = *s for the fields a view uses: sizes and strides up to its rank
+ * (a full tpu_tensor is mostly room for 25 dimensions; nothing reads past
+ * ndim, and copying it all was most of a record's memory traffic). */
+static inline void copy_view(tpu_tensor *d, const tpu_tensor *s) {
+    int nd = s->ndim > 0 && s->ndim <= TPU_MAX_DIMS ? s->ndim : 0;
+    memcpy(d, s, offsetof(tpu_tensor, sizes));
+    memcpy(d->sizes, s->sizes, (size_t)nd * sizeof *d->sizes);
+    memcpy(d->strides, s->strides, (size_t)nd * sizeof *d->strides);
+    memcpy(&d->is_scalar, &s->is_scalar, sizeof *d - offsetof(tpu_tensor, is_scalar));
+}
+
+tpu_kargs *tpu_graph_append(tpu_graph *g, const tpu_kargs *a) {
+    if (!g->nodes) g->nodes = pool_get(&g->cap);
     if (g->n == g->cap) {
         int cap = g->cap ? 2 * g->cap : 64;
         tpu_kargs *nn = realloc(g->nodes, (size_t)cap * sizeof *nn);
@@ -27,7 +242,14 @@ tpu_kargs *tpu_graph_add(tpu_graph *g) {
         g->nodes = nn;
         g->cap = cap;
     }
-    return &g->nodes[g->n++];
+    tpu_kargs *node = &g->nodes[g->n++];
+    node->op = a->op; /* the operands in use only: t[n..] stay unset */
+    node->n = a->n;
+    node->p = a->p;
+    node->err[0] = 0;
+    for (int k = 0; k < a->n; k++) copy_view(&node->t[k], &a->t[k]);
+    key_add(g, a);
+    return node;
 }
 
 bool tpu_graph_add_freed(tpu_graph *g, void *base, size_t bytes) {
@@ -56,47 +278,6 @@ bool tpu_graph_writes(const tpu_graph *g, const void *base) {
             if (!a->t[k].is_scalar && a->t[k].base == base) return true;
     }
     return false;
-}
-
-/* ---- a pointer -> int map (open addressing; keys are storage bases) ---- */
-
-typedef struct ptrmap {
-    const void **key;
-    int *val;
-    size_t mask;
-} ptrmap;
-
-static bool pm_init(ptrmap *m, size_t nkeys) {
-    size_t cap = 16;
-    while (cap < 2 * nkeys + 1) cap *= 2;
-    m->key = calloc(cap, sizeof *m->key);
-    m->val = malloc(cap * sizeof *m->val);
-    m->mask = cap - 1;
-    return m->key && m->val;
-}
-
-static void pm_free(ptrmap *m) {
-    free(m->key);
-    free(m->val);
-}
-
-static size_t pm_slot(const ptrmap *m, const void *k) {
-    size_t h = ((uintptr_t)k >> 4) * 0x9E3779B97F4A7C15ull;
-    size_t i = (h >> 20) & m->mask;
-    while (m->key[i] && m->key[i] != k) i = (i + 1) & m->mask;
-    return i;
-}
-
-/* Value at k, or `dflt`. */
-static int pm_get(const ptrmap *m, const void *k, int dflt) {
-    size_t i = pm_slot(m, k);
-    return m->key[i] ? m->val[i] : dflt;
-}
-
-static void pm_put(ptrmap *m, const void *k, int v) {
-    size_t i = pm_slot(m, k);
-    m->key[i] = k;
-    m->val[i] = v;
 }
 
 /* A (group, pointer) -> int map: the views each group under construction
@@ -453,7 +634,7 @@ static void prog_free_parts(tpu_gprog *p) {
 void tpu_gprog_free(tpu_gprog *p) {
     if (!p) return;
     prog_free_parts(p);
-    free(p->nodes);
+    pool_put(p->nodes, p->cap);
     free(p);
 }
 
@@ -535,7 +716,7 @@ static bool live_build(liveness *L, const tpu_graph *gr, const int *group_of) {
         t->fpos[t->nf] = gr->freed_at[f];
         t->fsize[t->nf++] = gr->freed_size[f];
     }
-    return true;
+    return !L->idx.bad;
 }
 
 /* Whether the value node i writes to `base` must reach memory: its storage
@@ -758,6 +939,7 @@ static tpu_gprog *plan_fresh(const tpu_graph *gr) {
     /* 1. Groups (phase A), then steps in the order they run: a group at its first node. */
     for (int i = 0; i < n; i++) fus[i] = fusible(&gr->nodes[i], &par[i]);
     phase_a(&pl, fus, par);
+    if (pl.last_writer.bad) goto oom;
     int norder = 0;
     for (int i = 0; i < n; i++) {
         int g = pl.group_of[i];
@@ -895,9 +1077,12 @@ static bool plan_bind(tpu_gprog *p, tpu_graph *gr, bool refresh) {
             }
         }
     }
+    bool bad = seen.bad;
     pm_free(&seen);
+    if (bad) return false;
     p->nodes = gr->nodes;
     p->n = n;
+    p->cap = gr->cap;
     gr->nodes = NULL;
     gr->n = gr->cap = 0;
     gr->nfreed = 0;
@@ -913,7 +1098,6 @@ static bool plan_bind(tpu_gprog *p, tpu_graph *gr, bool refresh) {
  * finds the entry and the whole key is compared, so a hit is exact. */
 
 #define GR_CACHE_ENTRIES 32
-#define GR_CACHE_MAX_KEY (1u << 20) /* words: larger windows are planned every time */
 
 typedef struct gr_cache_entry {
     uint64_t hash, stamp;
@@ -926,72 +1110,31 @@ static pthread_mutex_t cache_mu = PTHREAD_MUTEX_INITIALIZER;
 static gr_cache_entry cache[GR_CACHE_ENTRIES];
 static uint64_t cache_clock;
 
-typedef struct keybuf {
-    uint64_t *w;
-    size_t n, cap;
-    bool bad;
-} keybuf;
-
-static void kput(keybuf *k, uint64_t v) {
-    if (k->bad) return;
-    if (k->n == k->cap) {
-        size_t cap = k->cap ? 2 * k->cap : 1024;
-        uint64_t *w = cap <= GR_CACHE_MAX_KEY ? realloc(k->w, cap * sizeof *w) : NULL;
-        if (!w) {
-            k->bad = true;
-            return;
-        }
-        k->w = w;
-        k->cap = cap;
-    }
-    k->w[k->n++] = v;
-}
-
-/* The key of gr (NULL if too large or no host memory). */
-static uint64_t *plan_key(const tpu_graph *gr, size_t *len, uint64_t *hash) {
-    keybuf k = {0};
-    ptrmap ord;
-    size_t nops = 1;
-    for (int i = 0; i < gr->n; i++) nops += (size_t)gr->nodes[i].n;
-    if (!pm_init(&ord, nops)) {
-        pm_free(&ord);
-        return NULL;
-    }
-    int next = 1;
-    for (int i = 0; i < gr->n && !k.bad; i++) {
-        const tpu_kargs *a = &gr->nodes[i];
-        kput(&k, (uint64_t)a->op | (uint64_t)a->n << 16 | (uint64_t)(uint32_t)a->p.compute_dtype << 32);
-        for (int j = 0; j < a->n; j++) {
-            const tpu_tensor *t = &a->t[j];
-            if (t->is_scalar) {
-                kput(&k, ~(uint64_t)0);
-                continue;
-            }
-            int o = pm_get(&ord, t->base, 0);
-            if (!o) pm_put(&ord, t->base, o = next++);
-            kput(&k, (uint64_t)o | (uint64_t)(uint32_t)t->dtype << 32 | (uint64_t)(uint32_t)t->ndim << 48);
-            kput(&k, (uint64_t)t->offset);
-            for (int d = 0; d < t->ndim; d++) {
-                kput(&k, (uint64_t)t->sizes[d]);
-                kput(&k, (uint64_t)t->strides[d]);
-            }
-        }
-    }
-    kput(&k, ~(uint64_t)1);
+/* The key of gr: its nodes' words (built as they were appended) and then
+ * its frees'; NULL if too large or no host memory. The words stay the
+ * graph's; key_unfreeze takes the frees' back off. */
+static const uint64_t *plan_key(tpu_graph *gr, size_t *len, uint64_t *hash) {
+    gr_key *K = gr->key;
+    if (!K || K->k.bad || K->ord.bad) return NULL;
+    keybuf *k = &K->k;
+    kput(k, ~(uint64_t)1);
     for (int f = 0; f < gr->nfreed; f++) {
-        kput(&k, (uint64_t)pm_get(&ord, gr->freed[f], 0) | (uint64_t)(uint32_t)gr->freed_at[f] << 32);
-        kput(&k, (uint64_t)gr->freed_size[f]);
+        kput(k, (uint64_t)pm_get(&K->ord, gr->freed[f], 0) | (uint64_t)(uint32_t)gr->freed_at[f] << 32);
+        kput(k, (uint64_t)gr->freed_size[f]);
     }
-    pm_free(&ord);
-    if (k.bad) {
-        free(k.w);
-        return NULL;
-    }
-    uint64_t h = 1469598103934665603ull; /* FNV-1a over the words */
-    for (size_t i = 0; i < k.n; i++) h = (h ^ k.w[i]) * 1099511628211ull;
-    *len = k.n;
+    if (k->bad) return NULL;
+    /* FNV-1a over the words, in four interleaved lanes (one serial chain
+     * of multiplies was most of a cached flush's time) */
+    uint64_t l[4] = {1469598103934665603ull, 1, 2, 3};
+    size_t i = 0;
+    for (; i + 4 <= k->n; i += 4)
+        for (int j = 0; j < 4; j++) l[j] = (l[j] ^ k->w[i + j]) * 1099511628211ull;
+    for (; i < k->n; i++) l[0] = (l[0] ^ k->w[i]) * 1099511628211ull;
+    uint64_t h = l[0];
+    for (int j = 1; j < 4; j++) h = (h ^ l[j]) * 1099511628211ull;
+    *len = k->n;
     *hash = h;
-    return k.w;
+    return k->w;
 }
 
 /* A copy of the cached plan for key, or NULL. */
@@ -1010,13 +1153,15 @@ static tpu_gprog *cache_find(uint64_t hash, const uint64_t *key, size_t len) {
     return p;
 }
 
-/* Keep a copy of plan p under key (takes key); evicts the least recently used entry. */
-static void cache_insert(uint64_t hash, uint64_t *key, size_t len, const tpu_gprog *p) {
+/* Keep a copy of plan p under (a copy of) key; evicts the least recently used entry. */
+static void cache_insert(uint64_t hash, const uint64_t *k, size_t len, const tpu_gprog *p) {
     tpu_gprog *copy = plan_clone(p);
-    if (!copy) {
-        free(key);
+    uint64_t *key = copy ? malloc(len * sizeof *key) : NULL;
+    if (!key) {
+        tpu_gprog_free(copy);
         return;
     }
+    memcpy(key, k, len * sizeof *key);
     pthread_mutex_lock(&cache_mu);
     int victim = 0;
     for (int i = 1; i < GR_CACHE_ENTRIES; i++)
@@ -1033,17 +1178,17 @@ static void cache_insert(uint64_t hash, uint64_t *key, size_t len, const tpu_gpr
 tpu_gprog *tpu_graph_compile(tpu_graph *gr) {
     size_t len = 0;
     uint64_t hash = 0;
-    uint64_t *key = plan_key(gr, &len, &hash);
+    size_t nodes_len = gr->key ? gr->key->k.n : 0;
+    const uint64_t *key = plan_key(gr, &len, &hash);
     tpu_gprog *p = key ? cache_find(hash, key, len) : NULL;
     bool hit = p != NULL;
     if (!p) p = plan_fresh(gr);
-    if (p && !hit && key) {
-        cache_insert(hash, key, len, p);
-        key = NULL;
-    }
-    free(key);
+    if (p && !hit && key) cache_insert(hash, key, len, p);
+    if (gr->key) gr->key->k.n = nodes_len; /* the frees' words off again */
     if (p) p->info.cache_hit = hit;
-    if (!p || !plan_bind(p, gr, hit)) {
+    if (p && plan_bind(p, gr, hit)) {
+        key_reset(gr);
+    } else {
         tpu_gprog_free(p);
         tpu_set_error(TPU_ERROR_OUT_OF_MEMORY, "out of host memory compiling a graph of %d nodes", gr->n);
         return NULL;

@@ -53,7 +53,7 @@ typedef struct gr_step {
 
 struct tpu_gprog {
     tpu_kargs *nodes;
-    int n;
+    int n, cap; /* cap: the nodes array's room (it goes back to the pool) */
     gr_step *steps;
     int nsteps;
     gr_group *groups;

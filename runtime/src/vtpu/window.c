@@ -127,16 +127,11 @@ void tpu_window_init(tpu_window *w) {
 tpu_status tpu_window_record(tpu_stream_t s, const tpu_kargs *a) {
     tpu_window *w = tpu_stream_window(s);
     pthread_mutex_lock(&w->mu);
-    tpu_kargs *node = tpu_graph_add(&w->g);
+    tpu_kargs *node = tpu_graph_append(&w->g, a);
     if (!node) {
         pthread_mutex_unlock(&w->mu);
         return tpu_set_error(TPU_ERROR_OUT_OF_MEMORY, "out of host memory recording %s", tpu_op_name(a->op));
     }
-    node->op = a->op; /* the operands in use only: t[n..] stay unset */
-    node->n = a->n;
-    memcpy(node->t, a->t, (size_t)a->n * sizeof *a->t);
-    node->p = a->p;
-    node->err[0] = 0;
     if (!may_fuse(a))
         for (int k = 0; k < tpu_op_infos[a->op].nout && k < a->n; k++)
             if (!a->t[k].is_scalar) kw_add(w, a->t[k].base);
