@@ -22,6 +22,9 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <string>
+#include <unordered_map>
+#include <vector>
 
 namespace at::tpu {
 
@@ -65,6 +68,159 @@ bool python_interrupt_check() {
   if (!held) PyGILState_Release(st);
   return hit;
 }
+
+// ---------------------------------------------------------------- call sites
+// A launch's call site is the innermost Python frame's (code object,
+// instruction): interned once into an id whose text ("file:line in func") is
+// computed then, so a kernel failure found at a later flush or sync can name
+// the Python line that made the op, from any thread, without the GIL.
+struct SiteKey {
+  const void* code;
+  int lasti;
+  bool operator==(const SiteKey& o) const { return code == o.code && lasti == o.lasti; }
+};
+struct SiteHash {
+  size_t operator()(const SiteKey& k) const {
+    return std::hash<const void*>()(k.code) ^ (static_cast<size_t>(k.lasti) * 0x9E3779B97F4A7C15ull);
+  }
+};
+std::mutex g_site_mu;
+std::unordered_map<SiteKey, uint32_t, SiteHash> g_site_ids;  // (their code objects: in g_code_is_lib)
+std::vector<std::string> g_site_text;                        // id - 1 -> text
+constexpr size_t kMaxSites = 1 << 20;
+
+void site_namer(uint32_t site, char* buf, size_t len) {
+  std::lock_guard<std::mutex> lock(g_site_mu);
+  if (site == 0 || site > g_site_text.size()) return;
+  snprintf(buf, len, "%s", g_site_text[site - 1].c_str());
+}
+
+}  // namespace
+
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+// CPython 3.11's _PyInterpreterFrame (Include/internal/pycore_frame.h), its
+// leading fields: ops run with the GIL released (PyTorch's bindings drop it),
+// and this thread's own frame stack cannot change while it is in C, so it is
+// read here without taking the GIL back for every launch.
+struct Frame311 {
+  PyFunctionObject* f_func;
+  PyObject* f_globals;
+  PyObject* f_builtins;
+  PyObject* f_locals;
+  PyCodeObject* f_code;
+  PyFrameObject* frame_obj;
+  Frame311* previous;
+  _Py_CODEUNIT* prev_instr;
+};
+
+std::unordered_map<const void*, bool> g_code_is_lib;  // code object -> torch's or ours (kept referenced)
+std::string g_lib_dirs[2];
+
+// With the GIL: whether code belongs to torch or torch_tpu (a launch names
+// the first frame outside them: the user's line, not F.linear's).
+bool code_is_lib_gil(PyCodeObject* code) {
+  if (g_lib_dirs[0].empty()) {
+    for (int i = 0; i < 2; i++) {
+      PyObject* m = PyImport_ImportModule(i ? "torch_tpu" : "torch");
+      PyObject* f = m ? PyObject_GetAttrString(m, "__file__") : nullptr;
+      const char* s = f ? PyUnicode_AsUTF8(f) : nullptr;
+      if (s) {
+        std::string d(s);
+        g_lib_dirs[i] = d.substr(0, d.rfind('/') + 1);
+      } else {
+        PyErr_Clear();
+        g_lib_dirs[i] = "\x01";  // (never a prefix)
+      }
+      Py_XDECREF(f);
+      Py_XDECREF(m);
+    }
+  }
+  const char* file = PyUnicode_AsUTF8(code->co_filename);
+  if (!file) {
+    PyErr_Clear();
+    return false;
+  }
+  for (const auto& d : g_lib_dirs)
+    if (strncmp(file, d.c_str(), d.size()) == 0) return true;
+  return false;
+}
+
+uint32_t python_site() {
+  if (!Py_IsInitialized()) return 0;
+  PyThreadState* ts = PyGILState_GetThisThreadState();
+  if (!ts || !ts->cframe || !ts->cframe->current_frame) return 0;  // (autograd's backward threads)
+  const Frame311* inner = reinterpret_cast<const Frame311*>(ts->cframe->current_frame);
+  for (int attempt = 0; attempt < 2; attempt++) {
+    const Frame311* f = inner;
+    bool unknown = false;
+    {
+      std::lock_guard<std::mutex> lock(g_site_mu);
+      for (const Frame311* g = inner; g; g = g->previous) {
+        auto it = g_code_is_lib.find(g->f_code);
+        if (it == g_code_is_lib.end()) {
+          unknown = true;
+          break;
+        }
+        if (!it->second) {
+          f = g;
+          break;
+        }
+      }
+      if (!unknown) {
+        if (!f->f_code || !f->prev_instr) return 0;
+        SiteKey key{f->f_code, static_cast<int>(f->prev_instr - _PyCode_CODE(f->f_code))};
+        auto it = g_site_ids.find(key);
+        if (it != g_site_ids.end()) return it->second;
+        if (g_site_text.size() >= kMaxSites) return 0;
+      }
+    }
+    // Something new (once per code object and per Python line that
+    // launches): classify the frames, name the site, with the GIL.
+    PyGILState_STATE st = PyGILState_Ensure();
+    if (unknown) {
+      for (const Frame311* g = inner; g; g = g->previous) {
+        std::lock_guard<std::mutex> lock(g_site_mu);
+        if (g->f_code && !g_code_is_lib.count(g->f_code)) {
+          bool lib = code_is_lib_gil(g->f_code);
+          Py_INCREF(g->f_code);  // the map's key stays this code object's
+          g_code_is_lib.emplace(g->f_code, lib);
+        }
+      }
+      PyGILState_Release(st);
+      continue;  // look again, every frame known now
+    }
+    PyCodeObject* code = f->f_code;
+    int lasti = static_cast<int>(f->prev_instr - _PyCode_CODE(code));
+    const char* file = PyUnicode_AsUTF8(code->co_filename);
+    const char* func = PyUnicode_AsUTF8(code->co_name);
+    std::string text;
+    if (file && func)
+      text = std::string(file) + ":" + std::to_string(PyCode_Addr2Line(code, lasti * 2)) + " in " + func;
+    else
+      PyErr_Clear();
+    uint32_t id = 0;
+    if (!text.empty()) {
+      std::lock_guard<std::mutex> lock(g_site_mu);
+      SiteKey key{code, lasti};
+      auto it = g_site_ids.find(key);
+      if (it != g_site_ids.end()) {
+        id = it->second;
+      } else {
+        g_site_text.push_back(std::move(text));
+        id = static_cast<uint32_t>(g_site_text.size());
+        g_site_ids.emplace(key, id);
+      }
+    }
+    PyGILState_Release(st);
+    return id;
+  }
+  return 0;
+}
+#else
+uint32_t python_site() { return 0; }  // call sites are read from CPython 3.11's frames only
+#endif
+
+namespace {
 
 // Raise what the signal handler raised (KeyboardInterrupt if nothing is kept:
 // the wait was interrupted through the C API directly).
@@ -398,6 +554,7 @@ struct TPUHooks final : public at::PrivateUse1HooksInterface {
 };
 
 bool register_all() {
+  tpu_set_site_namer(&site_namer);
   c10::SetAllocator(c10::DeviceType::PrivateUse1, &g_allocator);
   at::RegisterPrivateUse1HooksInterface(new TPUHooks());
   return true;

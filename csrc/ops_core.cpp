@@ -134,7 +134,9 @@ tpu_tensor operand(const at::Tensor& t, const at::Tensor& out, c10::ScalarType c
 // The eager mode is the runtime's (tpu_get_eager_mode; TORCH_TPU_LAUNCH_BLOCKING
 // sets it at start-up): one piece of state, no copy here.
 void submit(tpu_op op, const tpu_tensor* operands, int n, const tpu_params& p) {
-  // Debug Eager: the runtime runs the launch synchronously (launch blocking).
+  // Debug Eager: the runtime runs the launch synchronously (launch blocking),
+  // its errors raise here; otherwise they surface later, naming this line.
+  tpu_set_launch_site(tpu_get_eager_mode() != TPU_EAGER_DEBUG ? python_site() : 0);
   tpu_status s = tpu_launch(nullptr, op, operands, n, &p);
   if (C10_UNLIKELY(s != TPU_OK)) throw_status(s, tpu_op_name(op));
 }

@@ -58,6 +58,9 @@ tpu_tensor operand(const at::Tensor& t, const at::Tensor& out, c10::ScalarType c
 // Debug Eager runs and waits (errors raised at the op). Fused Eager will
 // record here.
 void submit(tpu_op op, const tpu_tensor* operands, int n, const tpu_params& p);
+// The calling Python line as a runtime call-site id (0 if none: no Python
+// frame on this thread); device.cpp.
+uint32_t python_site();
 
 // The elementwise launch every op file uses (ops_core.cpp): out = op(ins...)
 // computed in `compute`, inputs broadcast to out's shape; nothing for an empty out.

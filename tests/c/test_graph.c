@@ -480,7 +480,10 @@ static void test_memory_pressure_flushes(void) {
 
 /* ---- a kernel error inside a window: raised at the flush's sync, device usable ---- */
 
+static void name_site(uint32_t site, char *buf, size_t len) { snprintf(buf, len, "model.py:%u in forward", site); }
+
 static void test_error_in_window(void) {
+    tpu_set_site_namer(name_site);
     int64_t sz[1] = {16};
     double xi[16], zi[16];
     for (int i = 0; i < 16; i++) xi[i] = i + 1, zi[i] = i == 7 ? 0 : 1;
@@ -488,14 +491,17 @@ static void test_error_in_window(void) {
     tpu_tensor x = dev_tensor(TPU_F32, 1, sz, xi), y = like(&x, TPU_F32), w = like(&x, TPU_F32);
     CHECK_OK(tpu_set_eager_mode(TPU_EAGER_FUSED));
     tpu_tensor d[] = {q, a, b};
+    tpu_set_launch_site(42);
     launch(TPU_OP_DIV_TRUNC, d, 3, (tpu_params){0}, TPU_I64);
+    tpu_set_launch_site(0);
     tpu_tensor m1[] = {y, x, x}, m2[] = {w, y, x};
     launch(TPU_OP_MUL, m1, 3, (tpu_params){0}, TPU_F32);
     launch(TPU_OP_ADD, m2, 3, TPU_PARAMS(ADD, .alpha = 1.0), TPU_F32);
     tpu_status st = tpu_stream_synchronize(tpu_stream_current(0));
     CHECK(st == TPU_ERROR_KERNEL);
-    CHECK_MSG(strstr(tpu_last_error(), "div_trunc") && strstr(tpu_last_error(), "ZeroDivisionError"), "%s",
-              tpu_last_error());
+    CHECK_MSG(strstr(tpu_last_error(), "div_trunc") && strstr(tpu_last_error(), "ZeroDivisionError") &&
+                  strstr(tpu_last_error(), "(called at model.py:42 in forward)"),
+              "%s", tpu_last_error());
     float h[16];
     CHECK_OK(tpu_memcpy(h, w.base, sizeof h, TPU_COPY_D2H, NULL)); /* the window's other results completed */
     CHECK(h[3] == 4.0f * 4.0f + 4.0f && h[15] == 16.0f * 16.0f + 16.0f);
@@ -503,6 +509,7 @@ static void test_error_in_window(void) {
     CHECK_OK(tpu_set_eager_mode(TPU_EAGER_STRICT));
     tpu_tensor all[] = {a, b, q, x, y, w};
     for (int i = 0; i < 6; i++) CHECK_OK(tpu_free(all[i].base));
+    tpu_set_site_namer(NULL);
 }
 
 int main(void) {

@@ -138,6 +138,22 @@ def test_flush_points_by_cause():
     del u
 
 
+def test_window_caps_ops_and_bytes():
+    with torch_tpu.eager_mode("fused"):
+        torch_tpu.reset_fused_stats()
+        x = torch.zeros(8, device="tpu")
+        for _ in range(5000):                           # more launches than a window holds
+            x = x + 1
+        assert torch_tpu.fused_stats()["flushes"]["window_full"] == 1
+        big = torch.zeros(16 << 20, device="tpu")       # 64 MiB per result
+        y = big
+        for _ in range(20):                             # 1.25 GiB of results: past the bytes cap
+            y = y + 1
+        st = torch_tpu.fused_stats()
+        assert st["flushes"]["window_bytes"] == 1
+        assert x[0].item() == 5000 and y[-1].item() == 20
+
+
 def test_mode_switch_flushes():
     with torch_tpu.eager_mode("fused"):
         torch_tpu.reset_fused_stats()
@@ -175,6 +191,25 @@ def test_kernel_error_in_window_raises_at_flush_and_device_recovers():
         assert ok.sum().item() == 32                    # the window's other work completed
         assert (torch.ones(3, device="tpu") * 2).tolist() == [2.0, 2.0, 2.0]
         del q
+
+
+def _bad_lookup(emb, idx):
+    return torch.nn.functional.embedding(idx, emb) * 2   # the line a failure must name
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_kernel_error_names_the_python_line(mode):
+    import inspect
+    line = inspect.getsourcelines(_bad_lookup)[1] + 1
+    with torch_tpu.eager_mode(mode):
+        emb = torch.randn(10, 4, device="tpu")
+        y = _bad_lookup(emb, torch.tensor([1, 20, 3], device="tpu"))
+        with pytest.raises(RuntimeError) as info:
+            y.sum().item()
+        msg = str(info.value)
+        assert "index out of range in self" in msg
+        assert f"(called at {__file__}:{line} in _bad_lookup)" in msg, msg
+        assert (emb * 0).abs().sum().item() == 0        # the device keeps working
 
 
 def test_autograd_in_place_checks_as_in_strict():

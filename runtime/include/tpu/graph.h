@@ -26,7 +26,8 @@
 extern "C" {
 #endif
 
-#define TPU_WINDOW_MAX_OPS 4096 /* launches one window records before it flushes */
+#define TPU_WINDOW_MAX_OPS   4096              /* launches one window records before it flushes */
+#define TPU_WINDOW_MAX_BYTES ((size_t)1 << 30) /* bytes of results (outputs' views) likewise */
 
 /* Why a window was flushed. */
 typedef enum tpu_flush_cause {
@@ -41,6 +42,7 @@ typedef enum tpu_flush_cause {
     TPU_FLUSH_MEMORY,       /* an allocation would fail: flush, then retry */
     TPU_FLUSH_EXPLICIT,     /* tpu_flush */
     TPU_FLUSH_MEMORY_STATS, /* tpu_mem_get_stats: the figures count what is alive */
+    TPU_FLUSH_WINDOW_BYTES, /* TPU_WINDOW_MAX_BYTES of results recorded */
     TPU_FLUSH_CAUSE_COUNT
 } tpu_flush_cause;
 

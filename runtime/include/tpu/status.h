@@ -7,6 +7,9 @@
 #ifndef TPU_STATUS_H
 #define TPU_STATUS_H
 
+#include <stddef.h>
+#include <stdint.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -31,6 +34,17 @@ typedef enum tpu_status {
 const char *tpu_last_error(void);
 /* Short name of a status code, e.g. "TPU_ERROR_OUT_OF_MEMORY" (borrowed, static). */
 const char *tpu_status_name(tpu_status s);
+
+/* Call sites: where launches come from, so that a failure found later (a
+ * queued or recorded launch's kernel, reported at a synchronizing call) can
+ * say which call made it. The caller sets a nonzero id of its choosing for
+ * the launches this thread makes next (0 = unknown) and registers a namer
+ * that writes an id's text ("train.py:42 in forward") into buf; the namer
+ * may run on any thread. */
+void tpu_set_launch_site(uint32_t site);
+uint32_t tpu_launch_site(void);
+typedef void (*tpu_site_namer_fn)(uint32_t site, char *buf, size_t len);
+void tpu_set_site_namer(tpu_site_namer_fn fn);
 
 #ifdef __cplusplus
 }

@@ -54,8 +54,9 @@ tpu_status tpu_op_check_dtypes(tpu_op op, const tpu_tensor *t, int n, const tpu_
  * tpu_kernel_fail(), which names the op. */
 typedef struct tpu_kargs {
     tpu_op op;
-    int n;        /* operands: outputs first */
-    tpu_params p; /* before t[]: a recorded graph's node reads op, n, p and t[0] in a few cache lines */
+    int n;         /* operands: outputs first */
+    uint32_t site; /* the launch's call site (tpu_set_launch_site; 0 = unknown) */
+    tpu_params p;  /* before t[]: a recorded graph's node reads op, n, p and t[0] in a few cache lines */
     tpu_tensor t[TPU_MAX_OPERANDS]; /* t[k].base is a host pointer here */
     char err[256];                  /* filled by tpu_kernel_fail */
 } tpu_kargs;
@@ -65,6 +66,9 @@ typedef tpu_status (*tpu_kernel_fn)(tpu_kargs *a);
 /* Run by_family[family of a->op] (a table of TPU_FAM_COUNT kernels built
  * from TPU_FAMILIES: the fast registry and the reference dispatcher). */
 tpu_status tpu_run_by_family(const tpu_kernel_fn *by_family, tpu_kargs *a);
+
+/* "tpu kernel 'op' failed: <a->err or the status> (called at <site>)" into buf. */
+void tpu_kernel_failure_text(const tpu_kargs *a, tpu_status st, char *buf, size_t len);
 
 /* Record a kernel failure; returns TPU_ERROR_KERNEL for `return tpu_kernel_fail(...)`. */
 tpu_status tpu_kernel_fail(tpu_kargs *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

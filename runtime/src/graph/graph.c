@@ -245,6 +245,7 @@ tpu_kargs *tpu_graph_append(tpu_graph *g, const tpu_kargs *a) {
     tpu_kargs *node = &g->nodes[g->n++];
     node->op = a->op; /* the operands in use only: t[n..] stay unset */
     node->n = a->n;
+    node->site = a->site;
     node->p = a->p;
     node->err[0] = 0;
     for (int k = 0; k < a->n; k++) copy_view(&node->t[k], &a->t[k]);
@@ -1220,8 +1221,7 @@ tpu_status tpu_gprog_run(tpu_gprog *p, char *err, size_t errlen) {
         tpu_status ks = tpu_kernel_run(a);
         if (ks && !first) {
             first = TPU_ERROR_KERNEL;
-            snprintf(err, errlen, "tpu kernel '%s' failed: %s", tpu_op_name(a->op),
-                     a->err[0] ? a->err : tpu_status_name(ks));
+            tpu_kernel_failure_text(a, ks, err, errlen);
         }
     }
     return first;

@@ -79,6 +79,7 @@ tpu_status tpu_launch(tpu_stream_t stream, tpu_op op, const tpu_tensor *operands
     tpu_kargs *a = c ? &c->u.k : &local;
     a->op = op;
     a->n = n;
+    a->site = tpu_launch_site();
     a->err[0] = 0;
     memcpy(a->t, operands, (size_t)n * sizeof *operands);
     if (params)

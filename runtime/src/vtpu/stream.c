@@ -121,9 +121,7 @@ static void set_sticky(tpu_stream_t s, tpu_status st, const char *msg) {
 static tpu_status run_kernel(tpu_cmd *c, char *full, size_t n) {
     tpu_status st = tpu_kernel_run(&c->u.k);
     if (st) {
-        char msg[400];
-        snprintf(msg, sizeof msg, "%s", c->u.k.err[0] ? c->u.k.err : tpu_status_name(st));
-        snprintf(full, n, "tpu kernel '%s' failed: %s", tpu_op_name(c->u.k.op), msg);
+        tpu_kernel_failure_text(&c->u.k, st, full, n);
         return TPU_ERROR_KERNEL;
     }
     return TPU_OK;

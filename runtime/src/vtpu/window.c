@@ -26,9 +26,9 @@
 static _Atomic uint64_t st_flushes[TPU_FLUSH_CAUSE_COUNT];
 static _Atomic uint64_t st_recorded, st_fused, st_groups, st_kernels, st_dead, st_never_bytes, st_hits, st_misses;
 
-static const char *const cause_names[TPU_FLUSH_CAUSE_COUNT] = {"synchronize", "query",    "copy",        "event",
-                                                               "stream_wait", "callback", "mode_switch", "window_full",
-                                                               "memory",      "explicit", "memory_stats"};
+static const char *const cause_names[TPU_FLUSH_CAUSE_COUNT] = {
+    "synchronize", "query",       "copy",   "event",    "stream_wait",  "callback",
+    "mode_switch", "window_full", "memory", "explicit", "memory_stats", "window_bytes"};
 
 const char *tpu_flush_cause_name(tpu_flush_cause c) {
     return (unsigned)c < TPU_FLUSH_CAUSE_COUNT ? cause_names[c] : "?";
@@ -122,6 +122,7 @@ void tpu_window_init(tpu_window *w) {
     atomic_init(&w->n, 0);
     w->kw = NULL;
     w->kw_cap = w->kw_n = 0;
+    w->bytes = 0;
 }
 
 tpu_status tpu_window_record(tpu_stream_t s, const tpu_kargs *a) {
@@ -135,11 +136,16 @@ tpu_status tpu_window_record(tpu_stream_t s, const tpu_kargs *a) {
     if (!may_fuse(a))
         for (int k = 0; k < tpu_op_infos[a->op].nout && k < a->n; k++)
             if (!a->t[k].is_scalar) kw_add(w, a->t[k].base);
+    for (int k = 0; k < tpu_op_infos[a->op].nout && k < a->n; k++)
+        if (!a->t[k].is_scalar)
+            w->bytes += (size_t)tpu_tensor_numel(&a->t[k]) * tpu_dtype_size((tpu_dtype)a->t[k].dtype);
     int n = w->g.n;
+    size_t bytes = w->bytes;
     atomic_store_explicit(&w->n, n, memory_order_release);
     pthread_mutex_unlock(&w->mu);
     atomic_fetch_add_explicit(&st_recorded, 1, memory_order_relaxed);
     if (n >= TPU_WINDOW_MAX_OPS) return tpu_window_flush(s, TPU_FLUSH_WINDOW_FULL);
+    if (bytes >= TPU_WINDOW_MAX_BYTES) return tpu_window_flush(s, TPU_FLUSH_WINDOW_BYTES);
     return TPU_OK;
 }
 
@@ -162,6 +168,7 @@ tpu_status tpu_window_flush(tpu_stream_t s, tpu_flush_cause cause) {
         return tpu_set_error(TPU_ERROR_OUT_OF_MEMORY, "out of host memory flushing a window");
     }
     atomic_store_explicit(&w->n, 0, memory_order_release);
+    w->bytes = 0;
     kw_clear(w);
     tpu_gprog_foreach_store(p, bind_store, &dev);
     tpu_gprog_info info = tpu_gprog_get_info(p);
