@@ -702,4 +702,6 @@ TORCH_LIBRARY(torch_tpu, m) {
   m.def("reset_fused_stats() -> ()", &py_reset_fused_stats);
   m.def("flush() -> ()", &py_flush);
   m.def("is_materialized(Tensor t) -> bool", &py_is_materialized);
+  m.def("set_allow_excess_precision(bool on) -> ()", &tpu_set_allow_excess_precision);
+  m.def("get_allow_excess_precision() -> bool", &tpu_get_allow_excess_precision);
 }

@@ -37,10 +37,12 @@ from ._core import (  # noqa: E402
     eager_mode,
     fallback_counts,
     fused_stats,
+    get_allow_excess_precision,
     get_eager_mode,
     is_materialized,
     reset_fallback_counts,
     reset_fused_stats,
+    set_allow_excess_precision,
     set_cpu_fallback_enabled,
     set_eager_mode,
     synchronize,
@@ -48,7 +50,7 @@ from ._core import (  # noqa: E402
 
 __all__ = ["set_eager_mode", "get_eager_mode", "eager_mode", "fallback_counts", "reset_fallback_counts",
            "set_cpu_fallback_enabled", "cpu_fallback_enabled", "fused_stats", "reset_fused_stats", "synchronize",
-           "is_materialized"]
+           "is_materialized", "set_allow_excess_precision", "get_allow_excess_precision"]
 
 _autoload()
 

@@ -7,7 +7,7 @@ import torch
 
 __all__ = ["set_eager_mode", "get_eager_mode", "eager_mode", "fallback_counts", "reset_fallback_counts",
            "set_cpu_fallback_enabled", "cpu_fallback_enabled", "fused_stats", "reset_fused_stats", "synchronize",
-           "is_materialized"]
+           "is_materialized", "set_allow_excess_precision", "get_allow_excess_precision"]
 
 _loaded = False
 
@@ -98,6 +98,22 @@ def synchronize(tensors=None) -> None:
                 raise TypeError(f"synchronize(): expected tensors, got {type(t).__name__}")
     torch.ops.torch_tpu.flush()
     torch.tpu.synchronize()
+
+
+def set_allow_excess_precision(allow: bool) -> None:
+    """Fused Eager only (off by default): let bfloat16 / float16 results
+    stay float32 between the ops of a fused group instead of being rounded
+    after each op as Strict Eager does. Results written to memory and
+    explicit casts (``.to(torch.bfloat16)``) are still rounded. Faster and
+    more accurate, but Fused no longer equals Strict bit for bit. Takes
+    effect at the next flush."""
+    if not isinstance(allow, bool):
+        raise TypeError(f"set_allow_excess_precision(): argument 'allow' must be bool, not {type(allow).__name__}")
+    torch.ops.torch_tpu.set_allow_excess_precision(allow)
+
+
+def get_allow_excess_precision() -> bool:
+    return torch.ops.torch_tpu.get_allow_excess_precision()
 
 
 def is_materialized(t: torch.Tensor) -> bool:

@@ -69,6 +69,15 @@ void tpu_fused_reset_stats(void);
  * next synchronizing call, as for queued launches. */
 tpu_status tpu_flush(tpu_stream_t s);
 
+/* Excess precision (off by default): inside a fused group, results of
+ * bfloat16 / float16 arithmetic stay float32 for the ops that read them in
+ * the group, instead of being rounded to their dtype as Strict Eager does;
+ * what reaches memory is still rounded, and casts still round. Faster and
+ * more accurate, but no longer equal to Strict bit for bit. Read when a
+ * window is flushed. */
+void tpu_set_allow_excess_precision(bool on);
+bool tpu_get_allow_excess_precision(void);
+
 /* Whether the storage at device address `devptr` holds its value in device
  * memory: bound, and written by no launch still recorded in a window. */
 bool tpu_mem_is_materialized(const void *devptr);

@@ -3,6 +3,7 @@
  * See graph-impl.h for the design. */
 #include "graph/prog-impl.h"
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1176,6 +1177,10 @@ static void cache_insert(uint64_t hash, const uint64_t *k, size_t len, const tpu
     free(oldkey);
 }
 
+static _Atomic bool allow_excess;
+void tpu_set_allow_excess_precision(bool on) { atomic_store(&allow_excess, on); }
+bool tpu_get_allow_excess_precision(void) { return atomic_load(&allow_excess); }
+
 tpu_gprog *tpu_graph_compile(tpu_graph *gr) {
     size_t len = 0;
     uint64_t hash = 0;
@@ -1189,6 +1194,7 @@ tpu_gprog *tpu_graph_compile(tpu_graph *gr) {
     if (p) p->info.cache_hit = hit;
     if (p && plan_bind(p, gr, hit)) {
         key_reset(gr);
+        p->excess = atomic_load_explicit(&allow_excess, memory_order_relaxed);
     } else {
         tpu_gprog_free(p);
         tpu_set_error(TPU_ERROR_OUT_OF_MEMORY, "out of host memory compiling a graph of %d nodes", gr->n);

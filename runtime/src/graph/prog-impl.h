@@ -64,6 +64,7 @@ struct tpu_gprog {
     int *node_step;     /* step of each node (dump) */
     int8_t *node_store; /* 1: the node's result reaches memory (dump) */
     tpu_gprog_info info;
+    bool excess; /* keep float32 between bf16/f16 ops (tpu_set_allow_excess_precision at compile) */
 };
 
 /* Run fused group g of program p (interp.c); TPU_ERROR_OUT_OF_MEMORY if the

@@ -201,24 +201,23 @@ EW_INLINE double ew_maxnd(double a, double b) { return ew_seld((a > b) | (a != a
 EW_INLINE float ew_minnf(float a, float b) { return ew_self((a < b) | (a != a), a, b); }
 EW_INLINE double ew_minnd(double a, double b) { return ew_seld((a < b) | (a != a), a, b); }
 
-/* ---- tile functions: one op over EW_TILE elements, from its ops.def expression ---- */
+/* ---- tile functions: one op over n elements, from its ops.def expression ----
+ * n is EW_TILE in the kernel; the graph interpreter's tiles may be longer,
+ * always a multiple of EW_TILE: the loops run blocks of that fixed trip
+ * count, which is what gcc -O2 vectorizes (its cheap cost model leaves a
+ * loop of unknown count scalar). */
+#define EW_LOOP(i)                          \
+    for (int b_ = 0; b_ < n; b_ += EW_TILE) \
+        for (int i = b_; i < b_ + EW_TILE; i++)
 
 /* pow with a host-scalar exponent: strength-reduced as PyTorch's CPU kernel
  * does (x*x for 2 ...); checked against the reference's pow(). */
 #define EW_POW_SCALAR(T)                                               \
     switch (p->pow_mode) {                                             \
-    case EW_POW_SQ:                                                    \
-        for (int i = 0; i < EW_TILE; i++) O[i] = X[i] * X[i];          \
-        return 0;                                                      \
-    case EW_POW_CUBE:                                                  \
-        for (int i = 0; i < EW_TILE; i++) O[i] = X[i] * X[i] * X[i];   \
-        return 0;                                                      \
-    case EW_POW_RECIP:                                                 \
-        for (int i = 0; i < EW_TILE; i++) O[i] = (T)1 / X[i];          \
-        return 0;                                                      \
-    case EW_POW_RSQ:                                                   \
-        for (int i = 0; i < EW_TILE; i++) O[i] = (T)1 / (X[i] * X[i]); \
-        return 0;                                                      \
+    case EW_POW_SQ: EW_LOOP(i) O[i] = X[i] * X[i]; return 0;           \
+    case EW_POW_CUBE: EW_LOOP(i) O[i] = X[i] * X[i] * X[i]; return 0;  \
+    case EW_POW_RECIP: EW_LOOP(i) O[i] = (T)1 / X[i]; return 0;        \
+    case EW_POW_RSQ: EW_LOOP(i) O[i] = (T)1 / (X[i] * X[i]); return 0; \
     default: break;                                                    \
     }
 
@@ -226,7 +225,7 @@ EW_INLINE double ew_minnd(double a, double b) { return ew_seld((a < b) | (a != a
  * rounded to bfloat16 in ew_tile_f_bf16). */
 #define EW_OUT(v) (v)
 #define TPU_EXPR_BODY(e)                \
-    for (int i = 0; i < EW_TILE; i++) { \
+    EW_LOOP(i) {                        \
         T x = X[i], y = Y[i], z = Z[i]; \
         (void)x;                        \
         (void)y;                        \
@@ -235,7 +234,7 @@ EW_INLINE double ew_minnd(double a, double b) { return ew_seld((a < b) | (a != a
     }
 #define TPU_EXPR_PARAM_I(s) ((T)p->pi[s])
 
-static EW_CLONES int ew_tile_f(tpu_op op, float *restrict O, const float *restrict X, const float *restrict Y,
+static EW_CLONES int ew_tile_f(tpu_op op, int n, float *restrict O, const float *restrict X, const float *restrict Y,
                                const float *restrict Z, const ew_par *p) {
     typedef float T;
     if (op == TPU_OP_POW) EW_POW_SCALAR(float)
@@ -243,13 +242,9 @@ static EW_CLONES int ew_tile_f(tpu_op op, float *restrict O, const float *restri
 #define TPU_EXPR_FORM       TPU_EXPR_F
 #define TPU_EXPR_PARAM_F(s) p->ff[s]
 #include "base/expr-cases.h"
-    case TPU_OP_COPY:
-        for (int i = 0; i < EW_TILE; i++) O[i] = X[i];
-        break; /* a cast */
+    case TPU_OP_COPY: EW_LOOP(i) O[i] = X[i]; break; /* a cast */
 #undef TPU_EXPR_PARAM_F
-    default:
-        for (int i = 0; i < EW_TILE; i++) O[i] = NAN;
-        break;
+    default: EW_LOOP(i) O[i] = NAN; break;
     }
     return 0;
 }
@@ -258,52 +253,44 @@ static EW_CLONES int ew_tile_f(tpu_op op, float *restrict O, const float *restri
  * graph interpreter's bf16 results: one pass over the tile, not two). */
 #undef EW_OUT
 #define EW_OUT(v) ew_round_bf16(v)
-static EW_CLONES void ew_tile_f_bf16(tpu_op op, float *restrict O, const float *restrict X, const float *restrict Y,
-                                     const float *restrict Z, const ew_par *p) {
+static EW_CLONES void ew_tile_f_bf16(tpu_op op, int n, float *restrict O, const float *restrict X,
+                                     const float *restrict Y, const float *restrict Z, const ew_par *p) {
     typedef float T;
     if (op == TPU_OP_POW && p->pow_mode != EW_POW_GENERIC) {
-        ew_tile_f(op, O, X, Y, Z, p);
-        for (int i = 0; i < EW_TILE; i++) O[i] = ew_round_bf16(O[i]);
+        ew_tile_f(op, n, O, X, Y, Z, p);
+        EW_LOOP(i) O[i] = ew_round_bf16(O[i]);
         return;
     }
     switch (op) {
 #define TPU_EXPR_PARAM_F(s) p->ff[s]
 #include "base/expr-cases.h"
-    case TPU_OP_COPY:
-        for (int i = 0; i < EW_TILE; i++) O[i] = ew_round_bf16(X[i]);
-        break;
+    case TPU_OP_COPY: EW_LOOP(i) O[i] = ew_round_bf16(X[i]); break;
 #undef TPU_EXPR_PARAM_F
-    default:
-        for (int i = 0; i < EW_TILE; i++) O[i] = NAN;
-        break;
+    default: EW_LOOP(i) O[i] = NAN; break;
     }
 }
 #undef EW_OUT
 #define EW_OUT(v) (v)
 
-static EW_CLONES int ew_tile_d(tpu_op op, double *restrict O, const double *restrict X, const double *restrict Y,
+static EW_CLONES int ew_tile_d(tpu_op op, int n, double *restrict O, const double *restrict X, const double *restrict Y,
                                const double *restrict Z, const ew_par *p) {
     typedef double T;
     if (op == TPU_OP_POW) EW_POW_SCALAR(double)
     switch (op) {
 #define TPU_EXPR_PARAM_F(s) p->fd[s]
 #include "base/expr-cases.h"
-    case TPU_OP_COPY:
-        for (int i = 0; i < EW_TILE; i++) O[i] = X[i];
-        break; /* a cast */
+    case TPU_OP_COPY: EW_LOOP(i) O[i] = X[i]; break; /* a cast */
 #undef TPU_EXPR_FORM
 #undef TPU_EXPR_PARAM_F
-    default:
-        for (int i = 0; i < EW_TILE; i++) O[i] = NAN;
-        break;
+    default: EW_LOOP(i) O[i] = NAN; break;
     }
     return 0;
 }
 
 /* Integer domain: wrapping int64. Padding past a row's end reads 1 (see
  * ew_input_tile), so divisions there never fail. */
-static EW_CLONES int ew_tile_i(tpu_op op, int64_t *restrict O, const int64_t *restrict X, const int64_t *restrict Y,
-                               const int64_t *restrict Z, const ew_par *p) {
+static EW_CLONES int ew_tile_i(tpu_op op, int n, int64_t *restrict O, const int64_t *restrict X,
+                               const int64_t *restrict Y, const int64_t *restrict Z, const ew_par *p) {
     typedef int64_t T;
     const bool cbool = p->cbool;
     int expr_err = 0;
@@ -312,14 +299,10 @@ static EW_CLONES int ew_tile_i(tpu_op op, int64_t *restrict O, const int64_t *re
 #define TPU_EXPR_FORM       TPU_EXPR_I
 #define TPU_EXPR_PARAM_F(s) p->fi[s]
 #include "base/expr-cases.h"
-    case TPU_OP_COPY:
-        for (int i = 0; i < EW_TILE; i++) O[i] = X[i];
-        break; /* a cast */
+    case TPU_OP_COPY: EW_LOOP(i) O[i] = X[i]; break; /* a cast */
 #undef TPU_EXPR_FORM
 #undef TPU_EXPR_PARAM_F
-    default:
-        for (int i = 0; i < EW_TILE; i++) O[i] = 0;
-        break;
+    default: EW_LOOP(i) O[i] = 0; break;
     }
     return expr_err;
 }
@@ -392,11 +375,11 @@ static void ew_compute_tile(ew_ctx *c, ew_bufs *b, const int64_t *off, int64_t i
         double *od = o;
         for (int i = 0; i < len; i++) od[i] = c->par.fd[0] + (double)(pos + i) * c->par.fd[1];
     } else if (c->dom == EW_DOM_F) {
-        ew_tile_f(c->op, o, in[0], in[1], in[2], &c->par);
+        ew_tile_f(c->op, EW_TILE, o, in[0], in[1], in[2], &c->par);
     } else if (c->dom == EW_DOM_D) {
-        ew_tile_d(c->op, o, in[0], in[1], in[2], &c->par);
+        ew_tile_d(c->op, EW_TILE, o, in[0], in[1], in[2], &c->par);
     } else {
-        int err = ew_tile_i(c->op, o, in[0], in[1], in[2], &c->par);
+        int err = ew_tile_i(c->op, EW_TILE, o, in[0], in[1], in[2], &c->par);
         if (err) {
             atomic_store_explicit(&c->err, err, memory_order_relaxed);
             return;
@@ -713,12 +696,12 @@ bool tpu_ew_prepare_f(const tpu_kargs *a, tpu_ew_par *p) {
     return true;
 }
 
-void tpu_ew_tile_f(tpu_op op, float *restrict o, const float *restrict x, const float *restrict y,
+void tpu_ew_tile_f(tpu_op op, int n, float *restrict o, const float *restrict x, const float *restrict y,
                    const float *restrict z, const tpu_ew_par *p) {
-    ew_tile_f(op, o, x, y, z, p);
+    ew_tile_f(op, n, o, x, y, z, p);
 }
 
-void tpu_ew_tile_f_bf16(tpu_op op, float *restrict o, const float *restrict x, const float *restrict y,
+void tpu_ew_tile_f_bf16(tpu_op op, int n, float *restrict o, const float *restrict x, const float *restrict y,
                         const float *restrict z, const tpu_ew_par *p) {
-    ew_tile_f_bf16(op, o, x, y, z, p);
+    ew_tile_f_bf16(op, n, o, x, y, z, p);
 }

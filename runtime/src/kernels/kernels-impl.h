@@ -26,7 +26,7 @@
 #define TPU_K_DECL_(e, fast, ref) tpu_status tpu_k_##fast(tpu_kargs *a);
 TPU_FAMILIES(TPU_K_DECL_)
 #undef TPU_K_DECL_
-/* One elementwise op of ops.def over TPU_TILE float32 lanes (elementwise.c),
+/* One elementwise op of ops.def over n float32 lanes (elementwise.c),
  * for the graph floor's block interpreter: the fast kernel's own tile
  * function, so a fused group computes bit for bit what the op's launch
  * computes. tpu_ew_prepare_f says whether launch `a` computes in the float32
@@ -42,10 +42,10 @@ typedef struct tpu_ew_par {
     bool cbool;    /* compute dtype bool */
 } tpu_ew_par;
 bool tpu_ew_prepare_f(const tpu_kargs *a, tpu_ew_par *p);
-void tpu_ew_tile_f(tpu_op op, float *restrict o, const float *restrict x, const float *restrict y,
+void tpu_ew_tile_f(tpu_op op, int n, float *restrict o, const float *restrict x, const float *restrict y,
                    const float *restrict z, const tpu_ew_par *p);
 /* The same with each result rounded to bfloat16 (and widened back) in the loop. */
-void tpu_ew_tile_f_bf16(tpu_op op, float *restrict o, const float *restrict x, const float *restrict y,
+void tpu_ew_tile_f_bf16(tpu_op op, int n, float *restrict o, const float *restrict x, const float *restrict y,
                         const float *restrict z, const tpu_ew_par *p);
 /* Run the fast kernel of a.op (registry.c: dispatch by family). */
 tpu_status tpu_kernel_run(tpu_kargs *a);
