@@ -441,6 +441,57 @@ static void test_random_vs_ref(void) {
     }
 }
 
+/* The batched uniform / bernoulli fill (Philox blocks eight at a time)
+ * equals the per-element function at any position and length, for every
+ * float dtype, awkward ranges (draws rounding up to `to`) and probabilities
+ * that are not floats; the fast kernel equals the reference. */
+static void test_random_batched_vs_element(void) {
+    double ranges[][2] = {{0, 1}, {-3, 5}, {1, 1.0000001}, {2, 2}};
+    double probs[] = {0.3, 0.9, 0.5, 1.0, 0.0, 1.0 / 3};
+    tpu_dtype dts[] = {TPU_F32, TPU_BF16, TPU_F16, TPU_BOOL};
+    int64_t n = 5003;
+    float out[1100];
+    for (int op = 0; op < 2; op++)
+        for (int d = 0; d < 4; d++)
+            for (int c = 0; c < (op ? 6 : 4); c++) {
+                tpu_dtype dt = dts[d];
+                if (op == 0 && dt == TPU_BOOL) continue;
+                size_t es = tpu_dtype_size(dt);
+                char *o1 = malloc(n * es), *o2 = malloc(n * es);
+                tpu_kargs a;
+                memset(&a, 0, sizeof a);
+                a.op = op ? TPU_OP_RAND_BERNOULLI : TPU_OP_RAND_UNIFORM;
+                a.n = 1;
+                tpu_tensor_contiguous(&a.t[0], o1, dt, 1, &n);
+                a.p.i[0] = 1234567 + c;
+                a.p.i[1] = 3 + d;
+                a.p.f[0] = op ? probs[c] : ranges[c][0];
+                a.p.f[1] = op ? 0 : ranges[c][1];
+                tpu_kargs b = a;
+                b.t[0].base = o2;
+                CHECK_OK(tpu_k_random(&a));
+                CHECK_OK(tpu_ref_random(&b));
+                CHECK_MSG(memcmp(o1, o2, n * es) == 0, "op %d dtype %s case %d", op, tpu_dtype_name(dt), c);
+                int64_t pos[] = {0, 1, 3, 4, 1021, 2999};
+                int len[] = {1, 7, 8, 9, 257, 1100};
+                for (int q = 0; q < 6; q++) {
+                    CHECK(tpu_random_floats(&a, pos[q], len[q], a.p.f[0], out));
+                    tpu_rand_cache cache = {0};
+                    bool same = true;
+                    for (int j = 0; j < len[q]; j++) {
+                        double fv = 0;
+                        int64_t iv = 0;
+                        tpu_random_element(&a, pos[q] + j, &cache, a.p.f[0], &fv, &iv);
+                        same = same && out[j] == (float)fv;
+                    }
+                    CHECK_MSG(same, "op %d dtype %s case %d at %lld+%d", op, tpu_dtype_name(dt), c, (long long)pos[q],
+                              len[q]);
+                }
+                free(o1);
+                free(o2);
+            }
+}
+
 static void test_triangle_vs_ref(void) {
     /* (2, 5, 7) float32 viewed transposed in the last two dims, and int64 */
     int64_t sz[3] = {2, 7, 5};
@@ -892,6 +943,7 @@ int main(int argc, char **argv) {
         RUN_TEST(test_philox_vectors);
         RUN_TEST(test_gemm_vs_ref);
         RUN_TEST(test_random_vs_ref);
+        RUN_TEST(test_random_batched_vs_element);
         RUN_TEST(test_triangle_vs_ref);
         RUN_TEST(test_second_device);
     }

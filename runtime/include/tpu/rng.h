@@ -16,9 +16,13 @@ extern "C" {
 void tpu_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
 /* The 4 words for element group g: counter = (g lo, g hi, offset lo, offset hi), key = seed. */
 void tpu_philox_block(uint64_t seed, uint64_t offset, uint64_t g, uint32_t out[4]);
-/* Uniform float in [0, 1) from 24 bits / double from 53 bits. */
-float tpu_u32_to_unit_float(uint32_t x);
-double tpu_u64_to_unit_double(uint64_t x);
+/* Blocks g0 .. g0 + nb - 1 of tpu_philox_block(seed, offset, .) into
+ * out[4 * nb], in order: the batched form (vectorized). */
+void tpu_philox_blocks(uint64_t seed, uint64_t offset, uint64_t g0, int nb, uint32_t *out);
+/* Uniform float in [0, 1) from 24 bits / double from 53 bits (inline: the
+ * batched fills vectorize them). */
+static inline float tpu_u32_to_unit_float(uint32_t x) { return (float)(x >> 8) * (1.0f / 16777216.0f); }
+static inline double tpu_u64_to_unit_double(uint64_t x) { return (double)(x >> 11) * (1.0 / 9007199254740992.0); }
 
 #ifdef __cplusplus
 }

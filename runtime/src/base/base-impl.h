@@ -46,6 +46,15 @@ extern const tpu_op_info tpu_op_infos[];
  * PyTorch's message ("bitwise_and" not implemented for 'Float'). */
 tpu_status tpu_op_check_dtypes(tpu_op op, const tpu_tensor *t, int n, const tpu_params *p);
 
+/* Per-ISA clones of hot loops (AVX-512 / AVX2 / baseline, picked at load
+ * time by an ifunc). ThreadSanitizer crashes on ifunc resolvers that run
+ * before it is initialized, so TSan builds get the baseline only. */
+#if defined(__SANITIZE_THREAD__) || defined(TPU_NO_CLONES)
+#define TPU_TARGET_CLONES
+#else
+#define TPU_TARGET_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+
 /* What a kernel sees, fast (kernels/) or reference (ref/): the op, its
  * operands with `base` already translated to a host-addressable pointer (the
  * vTPU's device memory), and the parameters. Launch-time validation (arity,

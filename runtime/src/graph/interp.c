@@ -68,6 +68,10 @@ static TPU_TARGET_CLONES void gr_round(float *restrict v, int n, tpu_dtype dt) {
  * (seed, offset, element index) exactly as the random kernel draws it. */
 static void gr_random(const tpu_kargs *a, float *out, int64_t pos, int len, int tile) {
     double p = a->op != TPU_OP_RAND_BERNOULLI ? 0.0 : a->n > 1 ? a->t[1].f : tpu_unpack_RAND_BERNOULLI(&a->p).p;
+    if (tpu_random_floats(a, pos, len, p, out)) {
+        for (int j = len; j < tile; j++) out[j] = 0.0f;
+        return;
+    }
     tpu_rand_cache cache;
     memset(&cache, 0, sizeof cache);
     for (int j = 0; j < len; j++) {

@@ -13,15 +13,6 @@
 #include <stdint.h>
 #include <stddef.h>
 
-/* Per-ISA clones of hot loops (AVX-512 / AVX2 / baseline, picked at load
- * time by an ifunc). ThreadSanitizer crashes on ifunc resolvers that run
- * before it is initialized, so TSan builds get the baseline only. */
-#if defined(__SANITIZE_THREAD__) || defined(TPU_NO_CLONES)
-#define TPU_TARGET_CLONES
-#else
-#define TPU_TARGET_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#endif
-
 /* Fast kernels by family (kernels/<family>.c): tpu_k_elementwise, tpu_k_reduce, ... */
 #define TPU_K_DECL_(e, fast, ref) tpu_status tpu_k_##fast(tpu_kargs *a);
 TPU_FAMILIES(TPU_K_DECL_)

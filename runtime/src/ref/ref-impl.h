@@ -45,6 +45,11 @@ typedef struct tpu_rand_cache {
 /* Value of element i; p_override is the bernoulli probability at that element. */
 void tpu_random_element(const tpu_kargs *a, int64_t i, tpu_rand_cache *cache, double p_override, double *fv,
                         int64_t *iv);
+/* Elements pos .. pos + n of random fill a as float32, each exactly
+ * (float) of what tpu_random_element gives, with the Philox blocks made in
+ * batches: for uniform of a float32 / float16 / bfloat16 output and
+ * bernoulli with probability p (false, nothing written: another op). */
+bool tpu_random_floats(const tpu_kargs *a, int64_t pos, int n, double p, float *out);
 /* Parameter checks shared by both kernels (from < to); fails the launch. */
 tpu_status tpu_random_check(tpu_kargs *a);
 /* The failure for a tensor of probabilities with a value outside [0, 1] (NaN included). */

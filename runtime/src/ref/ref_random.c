@@ -116,6 +116,66 @@ void tpu_random_element(const tpu_kargs *a, int64_t i, tpu_rand_cache *cache, do
     }
 }
 
+TPU_TARGET_CLONES bool tpu_random_floats(const tpu_kargs *a, int64_t pos, int n, double p, float *out) {
+    tpu_dtype dt = (tpu_dtype)a->t[0].dtype;
+    bool uni = a->op == TPU_OP_RAND_UNIFORM && dt != TPU_F64;
+    if (!uni && a->op != TPU_OP_RAND_BERNOULLI) return false; /* one 32-bit word per element: these two */
+    tpu_args_RAND_INT s = tpu_unpack_RAND_INT(&a->p);
+    double from = 0, to = 0;
+    if (uni) { /* uniform_in, its bounds rounded once */
+        tpu_args_RAND_UNIFORM q = tpu_unpack_RAND_UNIFORM(&a->p);
+        from = round_to(dt, q.from);
+        to = round_to(dt, q.to);
+    }
+    enum { BLOCKS = 64 };
+    uint32_t w[4 * BLOCKS];
+    for (int j0 = 0; j0 < n;) {
+        int64_t i = pos + j0;
+        int lane = (int)(i % 4), m = n - j0 < 4 * BLOCKS - lane ? n - j0 : 4 * BLOCKS - lane;
+        tpu_philox_blocks((uint64_t)s.seed, (uint64_t)s.offset, (uint64_t)i / 4, (lane + m + 3) / 4, w);
+        const uint32_t *x = w + lane;
+        float *o = out + j0;
+        if (uni) { /* uniform_in's steps, in passes of fixed-count blocks (they vectorize at -O2) */
+            int j = 0;
+            for (; j + 8 <= m; j += 8)
+                for (int k = j; k < j + 8; k++)
+                    o[k] = (float)(from + (double)tpu_u32_to_unit_float(x[k]) * (to - from));
+            for (; j < m; j++) o[j] = (float)(from + (double)tpu_u32_to_unit_float(x[j]) * (to - from));
+            if (dt == TPU_BF16)
+                for (j = 0; j < m; j++) o[j] = tpu_bf16_to_f32(tpu_f32_to_bf16(o[j]));
+            else if (dt == TPU_F16)
+                for (j = 0; j < m; j++) o[j] = tpu_f16_to_f32(tpu_f32_to_f16(o[j]));
+            int up = 0; /* draws that rounded up to `to` (rare) */
+            for (j = 0; j + 8 <= m; j += 8)
+                for (int k = j; k < j + 8; k++) up |= o[k] >= to;
+            for (; j < m; j++) up |= o[j] >= to;
+            if (up) {
+                float lo = (float)(below(dt, to) < from ? from : below(dt, to));
+                for (j = 0; j < m; j++)
+                    if (o[j] >= to) o[j] = lo;
+            }
+        } else {
+            /* u < p for a float u and a double p is u < pf, or u <= pf when
+             * pf (the largest float not above p) is below p */
+            int j = 0;
+            float pf = (float)p;
+            if ((double)pf > p) pf = nextafterf(pf, -INFINITY);
+            bool le = (double)pf != p;
+            if (p == p && fabs(p) < 1e30) {
+                if (le)
+                    for (; j + 8 <= m; j += 8)
+                        for (int k = j; k < j + 8; k++) o[k] = tpu_u32_to_unit_float(x[k]) <= pf ? 1.0f : 0.0f;
+                else
+                    for (; j + 8 <= m; j += 8)
+                        for (int k = j; k < j + 8; k++) o[k] = tpu_u32_to_unit_float(x[k]) < pf ? 1.0f : 0.0f;
+            }
+            for (; j < m; j++) o[j] = tpu_u32_to_unit_float(x[j]) < p ? 1.0f : 0.0f;
+        }
+        j0 += m;
+    }
+    return true;
+}
+
 /* Bernoulli with a tensor of probabilities: p read at the same position. */
 static double bern_p(const tpu_kargs *a, const int64_t *idx) {
     if (a->n < 2) return tpu_unpack_RAND_BERNOULLI(&a->p).p;
