@@ -106,7 +106,7 @@ typedef struct tpu_window {
     _Atomic int n;
     const void **kw;
     size_t kw_cap, kw_n;
-    size_t bytes; /* of the results recorded (TPU_WINDOW_MAX_BYTES) */
+    size_t bytes; /* of the results recorded (TPU_WINDOW_BYTES_PER_CHIP) */
 } tpu_window;
 tpu_window *tpu_stream_window(tpu_stream_t s);
 void tpu_window_init(tpu_window *w);

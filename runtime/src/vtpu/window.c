@@ -145,7 +145,8 @@ tpu_status tpu_window_record(tpu_stream_t s, const tpu_kargs *a) {
     pthread_mutex_unlock(&w->mu);
     atomic_fetch_add_explicit(&st_recorded, 1, memory_order_relaxed);
     if (n >= TPU_WINDOW_MAX_OPS) return tpu_window_flush(s, TPU_FLUSH_WINDOW_FULL);
-    if (bytes >= TPU_WINDOW_MAX_BYTES) return tpu_window_flush(s, TPU_FLUSH_WINDOW_BYTES);
+    if (bytes >= TPU_WINDOW_BYTES_PER_CHIP * tpu_config_get(NULL)->hbm_bytes)
+        return tpu_window_flush(s, TPU_FLUSH_WINDOW_BYTES);
     return TPU_OK;
 }
 
