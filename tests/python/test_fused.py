@@ -161,6 +161,47 @@ print(torch_tpu.fused_stats()["flushes"]["window_bytes"], y[-1].item())
     assert out.stdout.split() == ["1", "20.0"], out.stdout
 
 
+@pytest.mark.parametrize("distinct", [1, 5, 100])
+def test_chain_of_host_scalars_equals_strict(distinct):
+    # constants of equal value share a tile slot; past a few the tiles get
+    # shorter; past 64 distinct values the rest keep their own: all exact
+    def chain():
+        x = torch.linspace(-3, 3, 4099, device="tpu").to(torch.bfloat16)
+        for k in range(120):
+            x = x * (1 + (k % distinct) / 997) + (k % distinct) / 31
+        return x.cpu()
+
+    assert torch.equal(run_in("strict", chain), run_in("fused", chain))
+
+
+def test_excess_precision():
+    x = torch.linspace(-2, 2, 1000).to(torch.bfloat16)
+    xf = x.to("tpu").float()
+
+    def f():
+        d = x.to("tpu")
+        y = (d + 1e-3) * 3          # bf16 ops: rounded after each one unless excess precision
+        y = y / 3 - 1e-3
+        c = (xf * 3).to(torch.bfloat16)  # a cast rounds in either setting
+        return y.cpu(), (c * 1).cpu()
+
+    assert torch_tpu.get_allow_excess_precision() is False
+    strict = run_in("strict", f)
+    try:
+        torch_tpu.set_allow_excess_precision(True)
+        assert torch_tpu.get_allow_excess_precision() is True
+        fused = run_in("fused", f)
+    finally:
+        torch_tpu.set_allow_excess_precision(False)
+    want = (((x.float() + 1e-3) * 3) / 3 - 1e-3).to(torch.bfloat16)   # float32 throughout, rounded once
+    assert torch.equal(fused[0], want)
+    assert not torch.equal(strict[0], want)
+    assert torch.equal(fused[1], strict[1])
+    assert torch.equal(run_in("fused", f)[0], strict[0])   # off again: equal to Strict
+    with pytest.raises(TypeError, match="must be bool"):
+        torch_tpu.set_allow_excess_precision(1)
+
+
 def test_mode_switch_flushes():
     with torch_tpu.eager_mode("fused"):
         torch_tpu.reset_fused_stats()
