@@ -133,12 +133,12 @@ tpu_status tpu_window_record(tpu_stream_t s, const tpu_kargs *a) {
         pthread_mutex_unlock(&w->mu);
         return tpu_set_error(TPU_ERROR_OUT_OF_MEMORY, "out of host memory recording %s", tpu_op_name(a->op));
     }
-    if (!may_fuse(a))
-        for (int k = 0; k < tpu_op_infos[a->op].nout && k < a->n; k++)
-            if (!a->t[k].is_scalar) kw_add(w, a->t[k].base);
-    for (int k = 0; k < tpu_op_infos[a->op].nout && k < a->n; k++)
-        if (!a->t[k].is_scalar)
-            w->bytes += (size_t)tpu_tensor_numel(&a->t[k]) * tpu_dtype_size((tpu_dtype)a->t[k].dtype);
+    bool fuses = may_fuse(a);
+    for (int k = 0; k < tpu_op_infos[a->op].nout && k < a->n; k++) {
+        if (a->t[k].is_scalar) continue;
+        w->bytes += (size_t)tpu_tensor_numel(&a->t[k]) * tpu_dtype_size((tpu_dtype)a->t[k].dtype);
+        if (!fuses) kw_add(w, a->t[k].base);
+    }
     int n = w->g.n;
     size_t bytes = w->bytes;
     atomic_store_explicit(&w->n, n, memory_order_release);
