@@ -10,11 +10,16 @@
 
 #include <ATen/Context.h>
 #include <ATen/ExpandUtils.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/WrapDimUtils.h>
 #include <ATen/native/Resize.h>
+#include <ATen/ops/ne.h>
+#include <ATen/ops/nonzero.h>
+#include <ATen/ops/sum.h>
 #include <ATen/ops/convolution.h>
 #include <ATen/ops/convolution_backward.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/empty_strided.h>
 #include <ATen/ops/zeros.h>
 #include <c10/util/irange.h>
 #include <torch/library.h>
@@ -309,6 +314,266 @@ static at::Tensor index_select(const at::Tensor& self, int64_t dim, const at::Te
   auto out = at::empty({0}, self.options());
   return index_select_out(self, dim, index, out);
 }
+// Advanced indexing (x[i, :, j], x[mask], x[i] = v): PyTorch's rules turned
+// into the runtime's form (ops.def: INDEX / INDEX_PUT). Boolean masks become
+// their nonzero() coordinates; the index tensors broadcast together to B;
+// the result's shape is B in place of the indexed dims when they are
+// adjacent, else B first, then the remaining dims. The indexed tensor is
+// described as a view over the result's shape (stride 0 across B) plus the
+// indexed dims, each index as a view over the result's shape.
+struct AdvIndex {
+  std::vector<int64_t> shape;     // the result's (iteration) shape
+  at::Tensor view;                // self's storage: shape's dims, then the indexed dims
+  std::vector<at::Tensor> index;  // each over `shape`
+  int64_t dims = 0;               // self's indexed dims, 5 bits each
+};
+
+static std::string shape_str(at::IntArrayRef s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); i++) r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
+static AdvIndex adv_index(const at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices) {
+  TORCH_CHECK_INDEX(static_cast<int64_t>(indices.size()) <= self.dim(), "too many indices for tensor of dimension ",
+                    self.dim(), " (got ", indices.size(), ")");
+  std::vector<std::pair<int64_t, at::Tensor>> idx;  // (self dim, index)
+  int64_t d = 0;
+  for (const std::optional<at::Tensor>& o : indices) {
+    if (!o.has_value() || !o->defined()) {
+      d++;
+      continue;
+    }
+    at::Tensor t = *o;
+    auto st = t.scalar_type();
+    TORCH_CHECK_INDEX(st == kLong || st == kInt || st == kBool || st == kByte,
+                      "tensors used as indices must be long, int, byte or bool tensors");
+    if (t.device() != self.device()) t = t.to(self.device());
+    if (st == kBool || st == kByte) {
+      if (st == kByte)
+        TORCH_WARN("indexing with dtype torch.uint8 is now deprecated, please use a dtype torch.bool instead.");
+      TORCH_CHECK_INDEX(d + t.dim() <= self.dim(), "too many indices for tensor of dimension ", self.dim());
+      for (int64_t j = 0; j < t.dim(); j++)
+        TORCH_CHECK_INDEX(t.size(j) == self.size(d + j), "The shape of the mask ", shape_str(t.sizes()), " at index ",
+                          j, " does not match the shape of the indexed tensor ", shape_str(self.sizes()), " at index ",
+                          d + j);
+      at::Tensor nz = at::nonzero(t);  // (a data-dependent shape: waits for the mask)
+      for (int64_t j = 0; j < t.dim(); j++) idx.emplace_back(d + j, nz.select(1, j));
+      d += t.dim();
+    } else {
+      idx.emplace_back(d++, t);
+    }
+  }
+  TORCH_CHECK(!idx.empty(), "index(): at least one index must be a tensor");
+  TORCH_CHECK(idx.size() <= 6, "tpu: indexing with more than 6 index tensors is not supported yet (got ", idx.size(),
+              ")");
+  std::vector<int64_t> b;  // the indices' broadcast shape
+  for (auto& [dim, t] : idx) {
+    auto s = t.sizes();
+    std::vector<int64_t> r(std::max(b.size(), s.size()), 1);
+    for (size_t i = 0; i < r.size(); i++) {
+      int64_t x = i < r.size() - b.size() ? 1 : b[i - (r.size() - b.size())];
+      int64_t y = i < r.size() - s.size() ? 1 : s[i - (r.size() - s.size())];
+      if (x != y && x != 1 && y != 1) {
+        std::string all;
+        for (auto& p : idx) all += (all.empty() ? "" : ", ") + shape_str(p.second.sizes());
+        TORCH_CHECK_INDEX(false, "shape mismatch: indexing tensors could not be broadcast together with shapes ", all);
+      }
+      r[i] = x == 1 ? y : x;
+    }
+    b = r;
+  }
+  bool adjacent = idx.back().first - idx.front().first + 1 == static_cast<int64_t>(idx.size());
+  int64_t nb = static_cast<int64_t>(b.size());
+  AdvIndex r;
+  std::vector<int64_t> vst;                       // the view's strides over the result's dims
+  int64_t b0 = adjacent ? idx.front().first : 0;  // where B sits in the result
+  for (int64_t i = 0; i < self.dim(); i++) {
+    if (i == b0 && (adjacent || i == 0)) {
+      r.shape.insert(r.shape.end(), b.begin(), b.end());
+      vst.insert(vst.end(), b.size(), 0);
+    }
+    bool indexed = std::any_of(idx.begin(), idx.end(), [&](auto& p) { return p.first == i; });
+    if (indexed) continue;
+    r.shape.push_back(self.size(i));
+    vst.push_back(self.stride(i));
+  }
+  if (static_cast<int64_t>(r.shape.size()) + static_cast<int64_t>(idx.size()) > TPU_MAX_DIMS)
+    TORCH_CHECK_NOT_IMPLEMENTED(false, "tpu: indexing into more than ", TPU_MAX_DIMS, " dims is not supported");
+  std::vector<int64_t> vsz = r.shape;
+  for (size_t j = 0; j < idx.size(); j++) {
+    vsz.push_back(self.size(idx[j].first));
+    vst.push_back(self.stride(idx[j].first));
+    r.dims |= idx[j].first << (5 * j);
+  }
+  r.view = self.as_strided(vsz, vst, self.storage_offset());
+  for (auto& [dim, t] : idx) {
+    at::Tensor e = t.expand(b);
+    std::vector<int64_t> st(r.shape.size(), 0);
+    for (int64_t i = 0; i < nb; i++) st[b0 + i] = e.stride(i);
+    r.index.push_back(e.as_strided(r.shape, st, e.storage_offset()));
+  }
+  return r;
+}
+
+// histc and bincount: the range (histc with min == max) and the length
+// (bincount) depend on the data: read back first (a host sync), as on CUDA.
+// histc takes integer inputs too, as CUDA's does (the CPU's rejects them;
+// transformers' Mixture-of-Experts routing calls it on int tensors).
+static at::Tensor& histc_out(const at::Tensor& self, int64_t bins, const c10::Scalar& min, const c10::Scalar& max,
+                             at::Tensor& out) {
+  TORCH_CHECK(bins > 0, "torch.histogram(): bins must be > 0, but got ", bins, " for dimension 0");
+  TORCH_CHECK(self.scalar_type() != kBool, "\"histc\" not implemented for 'Bool'");
+  double lo = min.toDouble(), hi = max.toDouble();
+  if (lo == hi && self.numel() > 0) {
+    lo = self.min().item<double>();
+    hi = self.max().item<double>();
+  }
+  if (lo == hi) {
+    lo -= 1;
+    hi += 1;
+  }
+  TORCH_CHECK(!(std::isinf(lo) || std::isinf(hi) || std::isnan(lo) || std::isnan(hi)), "torch.histc: range of [", lo,
+              ", ", hi, "] is not finite");
+  TORCH_CHECK(lo < hi, "torch.histc: max must be larger than min");
+  at::native::resize_output(out, {bins});
+  tpu_tensor ts[2] = {desc(out), desc(self)};
+  submit(TPU_OP_HISTC, ts, 2, TPU_PARAMS(HISTC, .min = lo, .max = hi));
+  return out;
+}
+static at::Tensor histc(const at::Tensor& self, int64_t bins, const c10::Scalar& min, const c10::Scalar& max) {
+  at::Tensor out = at::empty({0}, self.options());
+  return histc_out(self, bins, min, max, out);
+}
+static at::Tensor bincount(const at::Tensor& self, const std::optional<at::Tensor>& weights, int64_t minlength) {
+  TORCH_CHECK(minlength >= 0, "minlength should be >= 0");
+  TORCH_CHECK(at::isIntegralType(self.scalar_type(), false), "\"bincount_cpu\" not implemented for '",
+              self.scalar_type(), "'");
+  TORCH_CHECK(self.dim() == 1 && (self.numel() == 0 || self.min().item<int64_t>() >= 0),
+              "bincount only supports 1-d non-negative integral inputs.");
+  bool hw = weights.has_value() && weights->defined();
+  TORCH_CHECK(!hw || (weights->dim() == 1 && weights->size(0) == self.size(0)),
+              "weights should be 1-d and have the same length as input");
+  int64_t n = self.numel() == 0 ? minlength : std::max(self.max().item<int64_t>() + 1, minlength);
+  auto dt = !hw ? kLong : weights->scalar_type() == kFloat ? kFloat : kDouble;
+  at::Tensor out = at::empty({n}, self.options().dtype(dt));
+  if (n == 0) return out;
+  at::Tensor w = hw ? (weights->device() == self.device() ? *weights : weights->to(self.device())) : at::Tensor();
+  tpu_tensor ts[3] = {desc(out), desc(self), hw ? desc(w) : tpu_tensor{}};
+  submit(TPU_OP_BINCOUNT, ts, hw ? 3 : 2, {});
+  return out;
+}
+
+// nonzero: the count first (a host sync: the result's shape depends on the
+// data), then the coordinates. The functional form's result is column-major
+// ([ndim, n] transposed), as CPU's and CUDA's are.
+static int64_t nonzero_count(const at::Tensor& self) {
+  TORCH_CHECK(self.dim() <= TPU_MAX_DIMS, "nonzero is not supported for tensors with more than ", TPU_MAX_DIMS,
+              " dimensions");
+  return self.numel() == 0 ? 0 : at::ne(self, 0).sum().item<int64_t>();
+}
+static void nonzero_fill(const at::Tensor& self, const at::Tensor& out) {
+  if (out.numel() == 0) return;
+  tpu_tensor ts[2] = {desc(out), desc(self)};
+  submit(TPU_OP_NONZERO, ts, 2, {});
+}
+static at::Tensor& nonzero_out(const at::Tensor& self, at::Tensor& out) {
+  TORCH_CHECK(out.scalar_type() == kLong, "nonzero: Expected out tensor to have scalar type Long but got scalar type",
+              out.scalar_type());
+  at::native::resize_output(out, {nonzero_count(self), self.dim()});
+  nonzero_fill(self, out);
+  return out;
+}
+static at::Tensor nonzero(const at::Tensor& self) {
+  at::Tensor out = at::empty({self.dim(), nonzero_count(self)}, self.options().dtype(kLong)).t();
+  nonzero_fill(self, out);
+  return out;
+}
+
+// The result's strides as CPU's TensorIterator lays them out: dims ordered
+// by the strides of the first operand that tells them apart (the indexed
+// view over the result's dims, then each index), ties by size.
+static std::vector<int64_t> index_out_strides(const AdvIndex& a) {
+  int64_t nd = static_cast<int64_t>(a.shape.size());
+  std::vector<const at::Tensor*> ops = {&a.view};
+  for (auto& t : a.index) ops.push_back(&t);
+  auto swap = [&](int64_t d0, int64_t d1) {
+    for (const at::Tensor* t : ops) {
+      int64_t s0 = t->stride(d0), s1 = t->stride(d1);
+      if (s0 == 0 || s1 == 0) continue;
+      if (s0 != s1) return s0 < s1 ? -1 : 1;
+      if (a.shape[d0] > a.shape[d1]) return 1;
+    }
+    return 0;
+  };
+  std::vector<int64_t> perm(nd);  // fastest first
+  for (int64_t i = 0; i < nd; i++) perm[i] = nd - 1 - i;
+  for (int64_t i = 1; i < nd; i++)
+    for (int64_t d1 = i, d0 = i - 1; d0 >= 0; d0--) {
+      int c = swap(perm[d0], perm[d1]);
+      if (c > 0) {
+        std::swap(perm[d0], perm[d1]);
+        d1 = d0;
+      } else if (c < 0) {
+        break;
+      }
+    }
+  std::vector<int64_t> st(nd);
+  int64_t next = 1;
+  for (int64_t d : perm) {
+    st[d] = next;
+    next *= std::max<int64_t>(a.shape[d], 1);
+  }
+  return st;
+}
+
+static at::Tensor index_tensor(const at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices) {
+  AdvIndex a = adv_index(self, indices);
+  at::Tensor out = at::empty_strided(a.shape, index_out_strides(a), self.options());
+  if (out.numel() == 0) return out;
+  std::vector<tpu_tensor> ts = {desc(out), desc(a.view)};
+  for (auto& t : a.index) ts.push_back(desc(t));
+  submit(TPU_OP_INDEX, ts.data(), static_cast<int>(ts.size()), TPU_PARAMS(INDEX, .dims = a.dims));
+  return out;
+}
+static at::Tensor& index_tensor_out(const at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices,
+                                    at::Tensor& out) {
+  at::Tensor r = index_tensor(self, indices);
+  at::native::resize_output(out, r.sizes());
+  device_copy(out, r);
+  return out;
+}
+
+static at::Tensor& index_put_impl(at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices,
+                                  const at::Tensor& values_in, bool accumulate, bool unsafe) {
+  TORCH_CHECK(self.scalar_type() == values_in.scalar_type(),
+              "Index put requires the source and destination dtypes match, got ", self.scalar_type(),
+              " for the destination and ", values_in.scalar_type(), " for the source.");
+  at::Tensor values = values_in.device() == self.device() ? values_in : values_in.to(self.device());
+  at::assert_no_internal_overlap(self);
+  at::assert_no_overlap(self, values);
+  for (const std::optional<at::Tensor>& o : indices)
+    if (o.has_value() && o->defined() && o->device() == self.device()) at::assert_no_overlap(self, *o);
+  AdvIndex a = adv_index(self, indices);
+  int64_t n = 1;
+  for (int64_t s : a.shape) n *= s;
+  auto vs = values.sizes();
+  bool fits = vs.size() <= a.shape.size();
+  for (size_t i = 0; fits && i < vs.size(); i++) {
+    int64_t want = a.shape[a.shape.size() - vs.size() + i];
+    fits = vs[i] == want || vs[i] == 1;
+  }
+  TORCH_CHECK(fits, "shape mismatch: value tensor of shape ", shape_str(vs),
+              " cannot be broadcast to indexing result of shape ", shape_str(a.shape));
+  if (n == 0) return self;
+  at::Tensor v = values.expand(a.shape);
+  std::vector<tpu_tensor> ts = {desc(a.view), desc(v)};
+  for (auto& t : a.index) ts.push_back(desc(t));
+  submit(TPU_OP_INDEX_PUT, ts.data(), static_cast<int>(ts.size()),
+         TPU_PARAMS(INDEX_PUT, .dims = a.dims, .accumulate = accumulate));
+  return self;
+}
+
 static at::Tensor& gather_out(const at::Tensor& self, int64_t dim, const at::Tensor& index, bool, at::Tensor& out) {
   check_index(index, "gather", true);
   at::native::resize_output(out, index.sizes());
@@ -884,6 +1149,14 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   // indexing
   m.impl("index_select", TORCH_FN(index_select));
   m.impl("index_select.out", TORCH_FN(index_select_out));
+  m.impl("nonzero", TORCH_FN(nonzero));
+  m.impl("histc", TORCH_FN(histc));
+  m.impl("histc.out", TORCH_FN(histc_out));
+  m.impl("bincount", TORCH_FN(bincount));
+  m.impl("nonzero.out", TORCH_FN(nonzero_out));
+  m.impl("index.Tensor", TORCH_FN(index_tensor));
+  m.impl("index.Tensor_out", TORCH_FN(index_tensor_out));
+  m.impl("_index_put_impl_", TORCH_FN(index_put_impl));
   m.impl("gather.out", TORCH_FN(gather_out));
   m.impl("scatter_add.out", TORCH_FN(scatter_add_out));
   m.impl("index_add.out", TORCH_FN(index_add_out));

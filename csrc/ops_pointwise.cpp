@@ -418,6 +418,26 @@ static at::Tensor& gelu_backward_out(const at::Tensor& g, const at::Tensor& x, c
 static at::Tensor& silu_backward_out(const at::Tensor& g, const at::Tensor& x, at::Tensor& out) {
   return ew_out(TPU_OP_SILU_BWD, out, {g, x});
 }
+// log_sigmoid: CPU's `buffer` (its saved intermediate) is not needed here;
+// it is returned empty, as CUDA does.
+static std::tuple<at::Tensor&, at::Tensor&> log_sigmoid_forward_out(const at::Tensor& self, at::Tensor& out,
+                                                                    at::Tensor& buffer) {
+  ew_out(TPU_OP_LOG_SIGMOID, out, {self}, self.scalar_type());
+  return {out, buffer};
+}
+static std::tuple<at::Tensor, at::Tensor> log_sigmoid_forward(const at::Tensor& self) {
+  at::Tensor out = at::empty({0}, self.options()), buffer = at::empty({0}, self.options());
+  log_sigmoid_forward_out(self, out, buffer);
+  return {out, buffer};
+}
+static at::Tensor& log_sigmoid_backward_out(const at::Tensor& g, const at::Tensor& x, const at::Tensor&,
+                                            at::Tensor& out) {
+  return ew_out(TPU_OP_LOG_SIGMOID_BWD, out, {g, x});
+}
+static at::Tensor log_sigmoid_backward(const at::Tensor& g, const at::Tensor& x, const at::Tensor& buffer) {
+  at::Tensor out = at::empty({0}, g.options());
+  return log_sigmoid_backward_out(g, x, buffer, out);
+}
 static at::Tensor& sigmoid_backward_out(const at::Tensor& g, const at::Tensor& y, at::Tensor& out) {
   return ew_out(TPU_OP_SIGMOID_BWD, out, {g, y});
 }
@@ -739,6 +759,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("gelu_backward.grad_input", TORCH_FN(gelu_backward_out));
   m.impl("silu_backward.grad_input", TORCH_FN(silu_backward_out));
   m.impl("sigmoid_backward.grad_input", TORCH_FN(sigmoid_backward_out));
+  m.impl("log_sigmoid_forward", TORCH_FN(log_sigmoid_forward));
+  m.impl("log_sigmoid_forward.output", TORCH_FN(log_sigmoid_forward_out));
+  m.impl("log_sigmoid_backward", TORCH_FN(log_sigmoid_backward));
+  m.impl("log_sigmoid_backward.grad_input", TORCH_FN(log_sigmoid_backward_out));
   m.impl("tanh_backward.grad_input", TORCH_FN(tanh_backward_out));
   m.impl("leaky_relu_backward.grad_input", TORCH_FN(leaky_relu_backward_out));
   m.impl("softplus_backward.grad_input", TORCH_FN(softplus_backward_out));

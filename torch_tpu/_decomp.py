@@ -13,6 +13,12 @@ csrc/ and out of this table.
   returns empty saved statistics in evaluation mode, as before.
 - ``var_mean``: the batch-norm forward's statistics (var and mean are native).
 - ``mse_loss`` (+ backward).
+- ``native_group_norm`` (+ backward): PyTorch's composite kernel views its
+  input, which fails on a channels-last tensor; the decomposition reshapes.
+  The result keeps the input's memory format, as the CPU kernel's does.
+- ``_amp_foreach_non_finite_check_and_unscale_`` and ``_amp_update_scale_``
+  (GradScaler): written here with CUDA's semantics and checks, from native
+  ops, without a host sync (PyTorch has no decomposition for them).
 """
 import torch
 from torch._decomp import decomposition_table
@@ -39,6 +45,69 @@ def _batch_norm(x, weight, bias, running_mean, running_var, training, momentum, 
     return y, save_mean, save_invstd
 
 
+def _channels_last_like(x, y):
+    """y in x's memory format when x is channels-last (and not also contiguous)."""
+    for fmt, nd in ((torch.channels_last, 4), (torch.channels_last_3d, 5)):
+        if x.dim() == nd and y.dim() == nd and not x.is_contiguous() and x.is_contiguous(memory_format=fmt):
+            return y.contiguous(memory_format=fmt)
+    return y
+
+
+def _group_norm(x, weight, bias, n, c, hxw, group, eps):
+    y, mean, rstd = decomposition_table[_aten.native_group_norm.default](x, weight, bias, n, c, hxw, group, eps)
+    return _channels_last_like(x, y), mean, rstd
+
+
+def _group_norm_backward(dy, x, mean, rstd, weight, n, c, hxw, group, mask):
+    dx, dw, db = decomposition_table[_aten.native_group_norm_backward.default](
+        dy, x, mean, rstd, weight, n, c, hxw, group, mask)
+    return (_channels_last_like(x, dx) if dx is not None else None), dw, db
+
+
+def _amp_unscale(grads, found_inf, inv_scale):
+    """Multiply each grad by inv_scale; found_inf becomes 1.0 if any grad holds an inf or a NaN."""
+    if inv_scale.numel() != 1:
+        raise RuntimeError("inv_scale must be a 1-element tensor.")
+    if found_inf.numel() != 1:
+        raise RuntimeError("found_inf must be a 1-element tensor.")
+    if inv_scale.dtype != torch.float32:
+        raise RuntimeError("inv_scale must be a float tensor.")
+    if found_inf.dtype != torch.float32:
+        raise RuntimeError("found_inf must be a float tensor.")
+    if not grads:
+        return
+    for g in grads:
+        if g.device != found_inf.device:
+            raise RuntimeError("scaled_grads must be on the same device as found_inf and inv_scale.")
+        if g.layout != torch.strided:
+            raise RuntimeError("one of scaled_grads was not a strided tensor.")
+        if not g.is_floating_point():
+            raise RuntimeError("_amp_foreach_non_finite_check_and_unscale_ only supports floating-point grads")
+    bad = torch.stack([torch.logical_not(torch.isfinite(g)).any() for g in grads]).any()
+    found_inf.copy_(torch.where(bad, torch.ones_like(found_inf), found_inf))
+    torch._foreach_mul_(grads, inv_scale.reshape(()))
+
+
+def _amp_update_scale(scale, growth_tracker, found_inf, growth_factor, backoff_factor, growth_interval):
+    """GradScaler's scale update (CUDA's rule): back off on inf, grow after growth_interval clean steps."""
+    if growth_tracker.numel() != 1 or growth_tracker.dtype != torch.int32:
+        raise RuntimeError("growth_tracker must be a 1-element int32 tensor.")
+    if scale.numel() != 1 or scale.dtype != torch.float32:
+        raise RuntimeError("current_scale must be a 1-element float tensor.")
+    if found_inf.numel() != 1 or found_inf.dtype != torch.float32:
+        raise RuntimeError("found_inf must be a 1-element float tensor.")
+    inf = found_inf.reshape(scale.shape) != 0
+    succ = growth_tracker + 1
+    grow = torch.logical_and(torch.logical_not(inf), succ == growth_interval)
+    grown = scale * growth_factor
+    keep_grown = torch.logical_and(grow, torch.isfinite(grown))
+    new_scale = torch.where(inf, scale * backoff_factor, torch.where(keep_grown, grown, scale))
+    new_tracker = torch.where(torch.logical_or(inf, grow), torch.zeros_like(succ), succ)
+    scale.copy_(new_scale)
+    growth_tracker.copy_(new_tracker)
+    return scale
+
+
 # (schema name, overload, implementation)
 _ROWS = [
     ("native_batch_norm", "default", _batch_norm),
@@ -48,6 +117,10 @@ _ROWS = [
     ("mse_loss", "out", None),
     ("mse_loss_backward", "default", None),
     ("mse_loss_backward", "grad_input", None),
+    ("native_group_norm", "default", _group_norm),
+    ("native_group_norm_backward", "default", _group_norm_backward),
+    ("_amp_foreach_non_finite_check_and_unscale_", "default", _amp_unscale),
+    ("_amp_update_scale_", "default", _amp_update_scale),
 ]
 
 

@@ -50,6 +50,16 @@ def is_available() -> bool:
         return False
 
 
+def get_amp_supported_dtype() -> list:
+    """The dtypes torch.autocast("tpu", dtype=...) accepts (PyTorch asks the device module)."""
+    return [torch.bfloat16, torch.float16]
+
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    """bfloat16 is native on the tpu (the matrix unit takes it; every kernel computes it)."""
+    return True
+
+
 def is_initialized() -> bool:
     return bool(_ops().is_initialized())
 

@@ -865,6 +865,202 @@ static void test_index_errors(void) {
             }
 }
 
+/* index / index_put: X of shape [A, I0, I1, C] (any layout) indexed on
+ * dims 1 and 2 (k = 2) or dim 1 alone (k = 1) by indices of shape [M]
+ * (the second may be broadcast from [1]), iteration shape S = [A, M, C].
+ * Indices include negative values and a duplicate; fast against ref. */
+static void adv_case(tpu_dtype dt, tpu_dtype idt, int k, bool bcast, int xl, int64_t M, int accumulate) {
+    snprintf(case_desc, sizeof case_desc, "index/index_put %s idx %s k %d bcast %d layout %d M %lld acc %d",
+             tpu_dtype_name(dt), tpu_dtype_name(idt), k, bcast, xl, (long long)M, accumulate);
+    int64_t xs[4] = {2, 5, 3, 4}, S[3] = {xs[0], M, xs[3]};
+    hten x, i0, i1, o, orf, vals, xp, xpr;
+    hmk(&x, dt, 4, xs, xl);
+    fill_any(&x);
+    hmk1(&i0, idt, M, L_PAD);
+    hmk1(&i1, idt, bcast ? 1 : M, L_CONTIG);
+    for (int64_t m = 0; m < M; m++) tpu_store_i64(hptr(&i0.t, m), idt, m == 1 ? -5 + 0 : irand(10) - 5); /* [-5, 5) */
+    if (M > 2) tpu_store_i64(hptr(&i0.t, 2), idt, tpu_load_i64(hptr(&i0.t, 0), idt));             /* a duplicate */
+    for (int64_t m = 0; m < hnumel(&i1.t); m++) tpu_store_i64(hptr(&i1.t, m), idt, irand(6) - 3); /* [-3, 3) */
+    if (M > 2 && !bcast) tpu_store_i64(hptr(&i1.t, 2), idt, tpu_load_i64(hptr(&i1.t, 0), idt));
+    /* the indexed view: S's dims, then the indexed dims */
+    tpu_tensor xv = x.t;
+    xv.ndim = 3 + k;
+    int64_t vs[6] = {xs[0], M, xs[3], xs[1], xs[2], 0},
+            vst[6] = {x.t.strides[0], 0, x.t.strides[3], x.t.strides[1], x.t.strides[2], 0};
+    if (k == 1) { /* X[:, i0, 1]: dim 2 fixed at 1 (an offset), S stays [A, M, C] */
+        vs[3] = xs[1];
+        vst[3] = x.t.strides[1];
+        xv.offset += x.t.strides[2];
+    }
+    memcpy(xv.sizes, vs, sizeof vs);
+    memcpy(xv.strides, vst, sizeof vst);
+    tpu_tensor iv[2] = {i0.t, i1.t};
+    for (int j = 0; j < 2; j++) {
+        iv[j].ndim = 3;
+        iv[j].sizes[0] = S[0];
+        iv[j].sizes[1] = S[1];
+        iv[j].sizes[2] = S[2];
+        iv[j].strides[0] = iv[j].strides[2] = 0;
+        iv[j].strides[1] = (j == 1 && bcast) ? 0 : (j == 0 ? i0.t.strides[0] : i1.t.strides[0]);
+    }
+    tpu_params p;
+    memset(&p, 0, sizeof p);
+    p.i[0] = 1 | (2 << 5);
+    p.i[1] = accumulate;
+    /* index */
+    hmk(&o, dt, 3, S, xl ^ L_PERM);
+    hclone(&orf, &o);
+    tpu_tensor ops[4] = {o.t, xv, iv[0], iv[1]};
+    CHECK(run(false, TPU_OP_INDEX, ops, 2 + k, &p, NULL) == TPU_OK);
+    ops[0] = orf.t;
+    CHECK(run(true, TPU_OP_INDEX, ops, 2 + k, &p, NULL) == TPU_OK);
+    hcmp("index", &o, &orf, 0, 0);
+    /* index_put into a copy of X (values of shape S) */
+    hmk(&vals, dt, 3, S, L_PAD);
+    fill_any(&vals);
+    hclone(&xp, &x);
+    hclone(&xpr, &x);
+    tpu_tensor pv = xv;
+    pv.base = xp.t.base;
+    tpu_tensor pops[4] = {pv, vals.t, iv[0], iv[1]};
+    CHECK(run(false, TPU_OP_INDEX_PUT, pops, 2 + k, &p, NULL) == TPU_OK);
+    pops[0].base = xpr.t.base;
+    CHECK(run(true, TPU_OP_INDEX_PUT, pops, 2 + k, &p, NULL) == TPU_OK);
+    hcmp("index_put", &xp, &xpr, tol(dt), tol(dt));
+    hten *all[] = {&x, &i0, &i1, &o, &orf, &vals, &xp, &xpr};
+    for (size_t q = 0; q < sizeof all / sizeof *all; q++) hfree(all[q]);
+}
+
+static void test_index_adv(void) {
+    static const tpu_dtype dts[] = {TPU_F32, TPU_BF16, TPU_F16, TPU_F64, TPU_I64, TPU_I32, TPU_U8, TPU_BOOL};
+    for (size_t d = 0; d < sizeof dts / sizeof *dts; d++)
+        for (int k = 1; k <= 2; k++)
+            for (int acc = 0; acc < 2; acc++) {
+                adv_case(dts[d], d % 2 ? TPU_I32 : TPU_I64, k, false, (int)(d % 4), 7, acc);
+                adv_case(dts[d], TPU_I64, k, true, (int)((d + 1) % 4), 1 + (int64_t)d, acc);
+            }
+    /* hand values: x = [[1,2,3],[4,5,6]]; x[[1,-2],[2,0]] = [6,1]; put [10,20] with accumulate
+     * at [[1,1],[2,2]] (a duplicate) -> x[1,2] = 6 + 30 */
+    snprintf(case_desc, sizeof case_desc, "index hand values");
+    int64_t xs[2] = {2, 3};
+    hten x, i0, i1, o, v;
+    hmk(&x, TPU_F32, 2, xs, L_CONTIG);
+    for (int i = 0; i < 6; i++) hset(&x, i, i + 1);
+    hmk1(&i0, TPU_I64, 2, L_CONTIG);
+    hmk1(&i1, TPU_I64, 2, L_CONTIG);
+    hmk1(&o, TPU_F32, 2, L_CONTIG);
+    hmk1(&v, TPU_F32, 2, L_CONTIG);
+    int64_t a0[2] = {1, -2}, a1[2] = {2, 0};
+    for (int i = 0; i < 2; i++) {
+        tpu_store_i64(hptr(&i0.t, i), TPU_I64, a0[i]);
+        tpu_store_i64(hptr(&i1.t, i), TPU_I64, a1[i]);
+        hset(&v, i, 10 * (i + 1));
+    }
+    tpu_tensor xv = x.t;
+    xv.ndim = 3;
+    xv.sizes[0] = 2;
+    xv.strides[0] = 0;
+    xv.sizes[1] = 2;
+    xv.strides[1] = 3;
+    xv.sizes[2] = 3;
+    xv.strides[2] = 1;
+    tpu_params p;
+    memset(&p, 0, sizeof p);
+    p.i[0] = 0 | (1 << 5);
+    for (int ref = 0; ref < 2; ref++) {
+        tpu_tensor ops[4] = {o.t, xv, i0.t, i1.t};
+        CHECK(run(ref, TPU_OP_INDEX, ops, 4, &p, NULL) == TPU_OK);
+        CHECK(hget(&o, 0) == 6 && hget(&o, 1) == 1);
+    }
+    tpu_store_i64(hptr(&i0.t, 1), TPU_I64, 1);
+    tpu_store_i64(hptr(&i1.t, 1), TPU_I64, 2);
+    p.i[1] = 1;
+    tpu_tensor pops[4] = {xv, v.t, i0.t, i1.t};
+    CHECK(run(false, TPU_OP_INDEX_PUT, pops, 4, &p, NULL) == TPU_OK);
+    CHECK(hget(&x, 5) == 36 && hget(&x, 4) == 5);
+    /* out of range: index 2 in dim 1... the message names dim 1 and size 3; nothing written */
+    tpu_store_i64(hptr(&i1.t, 1), TPU_I64, 3);
+    for (int ref = 0; ref < 2; ref++) {
+        hten o0;
+        hclone(&o0, &x);
+        char err[256];
+        pops[0].base = x.t.base;
+        CHECK(run(ref, TPU_OP_INDEX_PUT, pops, 4, &p, err) == TPU_ERROR_KERNEL);
+        CHECK_MSG(strcmp(err, "index 3 is out of bounds for dimension 1 with size 3") == 0, "message '%s'", err);
+        CHECK(memcmp(x.mem, o0.mem, x.bytes + 2 * GUARD) == 0);
+        hfree(&o0);
+    }
+    hten *all[] = {&x, &i0, &i1, &o, &v};
+    for (size_t q = 0; q < sizeof all / sizeof *all; q++) hfree(all[q]);
+}
+
+/* histc and bincount: hand values (one implementation serves both paths). */
+static void hist_vals(hten *h, tpu_dtype dt, int n, const double *v) {
+    hmk1(h, dt, n, L_PAD);
+    for (int i = 0; i < n; i++) hset(h, i, v[i]);
+}
+
+static void test_histogram(void) {
+    static const tpu_dtype fdt[] = {TPU_F32, TPU_BF16, TPU_F16, TPU_F64};
+    for (int ref = 0; ref < 2; ref++) {
+        for (size_t d = 0; d < 4; d++) {
+            snprintf(case_desc, sizeof case_desc, "histc %s %s", tpu_dtype_name(fdt[d]), ref ? "ref" : "fast");
+            double xv[6] = {1, 2, 2, 3, 5, NAN};
+            hten x, o;
+            hist_vals(&x, fdt[d], 6, xv);
+            hmk1(&o, fdt[d], 3, L_CONTIG);
+            tpu_params p;
+            memset(&p, 0, sizeof p);
+            p.f[0] = 1;
+            p.f[1] = 3;
+            tpu_tensor ops[2] = {o.t, x.t};
+            CHECK(run(ref, TPU_OP_HISTC, ops, 2, &p, NULL) == TPU_OK);
+            CHECK(hget(&o, 0) == 1 && hget(&o, 1) == 2 && hget(&o, 2) == 1);
+            hfree(&x);
+            hfree(&o);
+        }
+        snprintf(case_desc, sizeof case_desc, "histc int32 %s", ref ? "ref" : "fast");
+        double iv[5] = {0, 1, 1, 3, 4};
+        hten x, o, w;
+        hist_vals(&x, TPU_I32, 5, iv);
+        hmk1(&o, TPU_I32, 4, L_CONTIG);
+        tpu_params p;
+        memset(&p, 0, sizeof p);
+        p.f[1] = 3;
+        tpu_tensor ops[3] = {o.t, x.t};
+        CHECK(run(ref, TPU_OP_HISTC, ops, 2, &p, NULL) == TPU_OK); /* (e - 0) * 4 / 3: 0, 1, 1, 4 -> 3 */
+        CHECK(hget(&o, 0) == 1 && hget(&o, 1) == 2 && hget(&o, 2) == 0 && hget(&o, 3) == 1);
+        hfree(&x);
+        hfree(&o);
+        snprintf(case_desc, sizeof case_desc, "bincount %s", ref ? "ref" : "fast");
+        double bv[3] = {1, 1, 3}, wv[3] = {0.5, 0.25, 2};
+        hist_vals(&x, TPU_I64, 3, bv);
+        hist_vals(&w, TPU_F32, 3, wv);
+        hmk1(&o, TPU_I64, 5, L_CONTIG);
+        memset(&p, 0, sizeof p);
+        ops[0] = o.t;
+        ops[1] = x.t;
+        CHECK(run(ref, TPU_OP_BINCOUNT, ops, 2, &p, NULL) == TPU_OK);
+        CHECK(hget(&o, 0) == 0 && hget(&o, 1) == 2 && hget(&o, 3) == 1 && hget(&o, 4) == 0);
+        hfree(&o);
+        hmk1(&o, TPU_F32, 5, L_CONTIG);
+        ops[0] = o.t;
+        ops[2] = w.t;
+        CHECK(run(ref, TPU_OP_BINCOUNT, ops, 3, &p, NULL) == TPU_OK);
+        CHECK(hget(&o, 1) == 0.75 && hget(&o, 3) == 2 && hget(&o, 2) == 0);
+        /* a value past the end: fails, out untouched */
+        hset(&x, 2, 5);
+        hten o0;
+        hclone(&o0, &o);
+        char err[256];
+        CHECK(run(ref, TPU_OP_BINCOUNT, ops, 3, &p, err) == TPU_ERROR_KERNEL);
+        CHECK_MSG(strstr(err, "out of range") != NULL, "message '%s'", err);
+        CHECK(memcmp(o.mem, o0.mem, o.bytes + 2 * GUARD) == 0);
+        hten *all[] = {&x, &o, &w, &o0};
+        for (size_t q = 0; q < 4; q++) hfree(all[q]);
+    }
+}
+
 /* ================= AdamW ================= */
 
 static void adamw_params(tpu_params *p, double lr, double wd, int64_t step) {
@@ -1140,6 +1336,8 @@ int main(void) {
     RUN_TEST(test_index_hand);
     RUN_TEST(test_index_vs_ref);
     RUN_TEST(test_index_errors);
+    RUN_TEST(test_index_adv);
+    RUN_TEST(test_histogram);
     RUN_TEST(test_adamw_hand);
     RUN_TEST(test_adamw);
     RUN_TEST(test_parallel_sizes);

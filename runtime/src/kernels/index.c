@@ -1,4 +1,5 @@
-/* index.c - index_select, gather, scatter_add, index_add.
+/* index.c - index_select, gather, scatter_add, index_add; and advanced
+ * indexing (index, index_put: x[i, :, j], x[mask] = v), at the end.
  *
  * All four walk an iteration shape S (out's for index_select, index's for
  * gather/scatter_add, src's for index_add) and move one element per position
@@ -15,6 +16,7 @@
 #include "kernels/kernels-impl.h"
 #include "kernels/tile-impl.h"
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define IX_BLOCK 4096 /* inner positions per work item */
@@ -300,7 +302,13 @@ static tpu_status ix_check_shapes(tpu_kargs *a, const tpu_tensor *out, const tpu
     return TPU_OK;
 }
 
+static tpu_status adv_run(tpu_kargs *a);
+static tpu_status nz_run(tpu_kargs *a);
+
 tpu_status tpu_k_index(tpu_kargs *a) {
+    if (a->op == TPU_OP_INDEX || a->op == TPU_OP_INDEX_PUT) return adv_run(a);
+    if (a->op == TPU_OP_NONZERO) return nz_run(a);
+    if (a->op == TPU_OP_HISTC || a->op == TPU_OP_BINCOUNT) return tpu_histogram(a);
     if (a->op < TPU_OP_INDEX_SELECT || a->op > TPU_OP_INDEX_ADD || a->n != 3)
         return tpu_kernel_fail(a, "%s: not an index op or wrong operand count %d", tpu_op_name(a->op), a->n);
     bool select_like = a->op == TPU_OP_INDEX_SELECT || a->op == TPU_OP_INDEX_ADD;
@@ -372,5 +380,259 @@ tpu_status tpu_k_index(tpu_kargs *a) {
     int64_t per_item = p.K * (p.I < IX_BLOCK ? p.I : IX_BLOCK);
     int64_t grain = per_item >= 16384 ? 1 : 16384 / per_item;
     tpu_parallel_for(p.O * p.NB, grain, ix_items, &p);
+    return TPU_OK;
+}
+
+/* ---- advanced indexing ----
+ * index:     out[s] = x[s, w(i0[s]), .., w(ik-1[s])]
+ * index_put: out[s, w(i0[s]), ..] = values[s]   (+= with accumulate)
+ * over the iteration shape S (out's for index, values' for index_put), with
+ * w(v) = v < 0 ? v + size : v. The indexed operand (x, or out for
+ * index_put) is a view of nd + k dims: S's, then the k indexed dims. index
+ * runs rows of S in parallel; index_put runs in S's row-major order on one
+ * thread, so duplicate indices accumulate in the order the CPU's does. */
+
+#define ADV_MAXK (TPU_MAX_OPERANDS - 2)
+
+typedef struct adv_plan {
+    int nd, k;
+    bool put, accumulate;
+    int64_t sizes[TPU_MAX_DIMS], rows, numel;
+    char *ob;       /* written: out */
+    const char *rb; /* read: x (index) or values (index_put) */
+    int64_t ooff, roff, ost[TPU_MAX_DIMS], rst[TPU_MAX_DIMS];
+    const char *ib[ADV_MAXK];
+    tpu_dtype idt[ADV_MAXK];
+    int64_t ioff[ADV_MAXK], ist[ADV_MAXK][TPU_MAX_DIMS];
+    int64_t lim[ADV_MAXK], jst[ADV_MAXK]; /* indexed dims: size and stride (in the indexed operand) */
+    tpu_dtype dt;
+    size_t es;
+} adv_plan;
+
+/* Offsets of row r (all dims but the last at r's multi-index). */
+static void adv_row(const adv_plan *p, int64_t r, int64_t *o, int64_t *x, int64_t *ix) {
+    *o = p->ooff;
+    *x = p->roff;
+    for (int j = 0; j < p->k; j++) ix[j] = p->ioff[j];
+    for (int d = p->nd - 2; d >= 0; d--) {
+        int64_t c = r % p->sizes[d];
+        r /= p->sizes[d];
+        *o += c * p->ost[d];
+        *x += c * p->rst[d];
+        for (int j = 0; j < p->k; j++) ix[j] += c * p->ist[j][d];
+    }
+}
+
+/* The offset into the indexed operand that position (row offsets ix, column
+ * c) selects; false if an index is out of range (its value in *bad, which
+ * index in *which). */
+static inline bool adv_sel(const adv_plan *p, const int64_t *ix, int64_t c, int64_t *sel, int64_t *bad, int *which) {
+    int64_t s = 0, last = p->nd - 1;
+    for (int j = 0; j < p->k; j++) {
+        int64_t v = ix_get(p->ib[j], p->idt[j], ix[j] + c * p->ist[j][last]);
+        if (v < -p->lim[j] || v >= p->lim[j]) {
+            *bad = v;
+            *which = j;
+            return false;
+        }
+        s += (v < 0 ? v + p->lim[j] : v) * p->jst[j];
+    }
+    *sel = s;
+    return true;
+}
+
+static void adv_gather_rows(void *ctx, int64_t r0, int64_t r1) {
+    const adv_plan *p = ctx;
+    int64_t n = p->sizes[p->nd - 1], ol = p->ost[p->nd - 1], xl = p->rst[p->nd - 1];
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t o, x, ix[ADV_MAXK], sel, bad;
+        int which;
+        adv_row(p, r, &o, &x, ix);
+        for (int64_t c = 0; c < n; c++) {
+            if (!adv_sel(p, ix, c, &sel, &bad, &which)) continue; /* (checked before: cannot happen) */
+            memcpy(p->ob + (size_t)(o + c * ol) * p->es, p->rb + (size_t)(x + c * xl + sel) * p->es, p->es);
+        }
+    }
+}
+
+/* *d += *s in dtype dt (bool: or), as the CPU's accumulation rounds. */
+static void adv_acc(void *d, const void *s, tpu_dtype dt) {
+    switch (dt) {
+    case TPU_F32: *(float *)d += *(const float *)s; break;
+    case TPU_F64: *(double *)d += *(const double *)s; break;
+    case TPU_BF16:
+        *(uint16_t *)d = tpu_f32_to_bf16(tpu_bf16_to_f32(*(uint16_t *)d) + tpu_bf16_to_f32(*(const uint16_t *)s));
+        break;
+    case TPU_F16: ix_add_f16(d, *(const uint16_t *)s, 1.0f); break;
+    case TPU_BOOL: *(uint8_t *)d = *(uint8_t *)d | *(const uint8_t *)s; break;
+    default: tpu_store_i64(d, dt, (int64_t)((uint64_t)tpu_load_i64(d, dt) + (uint64_t)tpu_load_i64(s, dt))); break;
+    }
+}
+
+static tpu_status adv_run(tpu_kargs *a) {
+    adv_plan p;
+    memset(&p, 0, sizeof p);
+    p.put = a->op == TPU_OP_INDEX_PUT;
+    p.k = a->n - 2;
+    const char *name = tpu_op_name(a->op);
+    const tpu_tensor *out = &a->t[0], *rd = &a->t[1];
+    const tpu_tensor *shape = p.put ? rd : out, *xv = p.put ? out : rd; /* iteration shape; the indexed view */
+    tpu_args_INDEX_PUT q = tpu_unpack_INDEX_PUT(&a->p);
+    p.accumulate = p.put && q.accumulate != 0;
+    if (p.k < 1 || p.k > ADV_MAXK) return tpu_kernel_fail(a, "%s: %d index tensors (1..%d)", name, p.k, ADV_MAXK);
+    p.nd = shape->ndim;
+    if (xv->ndim != p.nd + p.k)
+        return tpu_kernel_fail(a, "%s: the indexed view has %d dims, expected %d + %d", name, xv->ndim, p.nd, p.k);
+    if (out->dtype != rd->dtype)
+        return tpu_kernel_fail(a, "%s: dtypes %s and %s differ", name, tpu_dtype_name((tpu_dtype)out->dtype),
+                               tpu_dtype_name((tpu_dtype)rd->dtype));
+    p.dt = (tpu_dtype)out->dtype;
+    p.es = tpu_dtype_size(p.dt);
+    p.numel = 1;
+    for (int d = 0; d < p.nd; d++) {
+        if (shape->sizes[d] != xv->sizes[d] || (!p.put && rd->sizes[d] != out->sizes[d]))
+            return tpu_kernel_fail(a, "%s: size mismatch at dim %d", name, d);
+        p.sizes[d] = shape->sizes[d];
+        p.ost[d] = out->strides[d];
+        p.rst[d] = rd->strides[d];
+        p.numel *= p.sizes[d];
+    }
+    p.ob = out->base;
+    p.rb = rd->base;
+    p.ooff = out->offset;
+    p.roff = rd->offset;
+    for (int j = 0; j < p.k; j++) {
+        const tpu_tensor *ix = &a->t[2 + j];
+        if (ix->dtype != TPU_I64 && ix->dtype != TPU_I32)
+            return tpu_kernel_fail(a, "%s: index must be int64 or int32, got %s", name,
+                                   tpu_dtype_name((tpu_dtype)ix->dtype));
+        if (ix->ndim != p.nd)
+            return tpu_kernel_fail(a, "%s: index %d has %d dims, expected %d", name, j, ix->ndim, p.nd);
+        for (int d = 0; d < p.nd; d++)
+            if (ix->sizes[d] != p.sizes[d])
+                return tpu_kernel_fail(a, "%s: index %d: size mismatch at dim %d", name, j, d);
+        p.ib[j] = ix->base;
+        p.idt[j] = (tpu_dtype)ix->dtype;
+        p.ioff[j] = ix->offset;
+        memcpy(p.ist[j], ix->strides, sizeof p.ist[j]);
+        p.lim[j] = xv->sizes[p.nd + j];
+        p.jst[j] = xv->strides[p.nd + j];
+    }
+    if (p.numel == 0) return TPU_OK;
+    if (p.nd == 0) { /* a 0-d shape is one row of one element */
+        p.nd = 1;
+        p.sizes[0] = 1;
+        p.ost[0] = p.rst[0] = 0;
+        for (int j = 0; j < p.k; j++) p.ist[j][0] = 0;
+    }
+    int64_t n = p.sizes[p.nd - 1];
+    p.rows = p.numel / n;
+    for (int64_t r = 0; r < p.rows; r++) { /* check every index first: nothing written on failure */
+        int64_t o, x, ix[ADV_MAXK], sel, bad;
+        int which;
+        adv_row(&p, r, &o, &x, ix);
+        for (int64_t c = 0; c < n; c++)
+            if (!adv_sel(&p, ix, c, &sel, &bad, &which))
+                return tpu_kernel_fail(a, "index %lld is out of bounds for dimension %d with size %lld", (long long)bad,
+                                       (int)((q.dims >> (5 * which)) & 31), (long long)p.lim[which]);
+    }
+    if (!p.put) {
+        int64_t grain = n >= 4096 ? 1 : 4096 / n;
+        tpu_parallel_for(p.rows, grain, adv_gather_rows, &p);
+        return TPU_OK;
+    }
+    int64_t ol = p.ost[p.nd - 1], vl = p.rst[p.nd - 1];
+    for (int64_t r = 0; r < p.rows; r++) {
+        int64_t o, v, ix[ADV_MAXK], sel = 0, bad;
+        int which;
+        adv_row(&p, r, &o, &v, ix);
+        for (int64_t c = 0; c < n; c++) {
+            adv_sel(&p, ix, c, &sel, &bad, &which);
+            char *d = p.ob + (size_t)(o + c * ol + sel) * p.es;
+            const char *s = p.rb + (size_t)(v + c * vl) * p.es;
+            if (p.accumulate)
+                adv_acc(d, s, p.dt);
+            else
+                memcpy(d, s, p.es);
+        }
+    }
+    return TPU_OK;
+}
+
+/* ---- nonzero ----
+ * Two passes over blocks of x in row-major order on the compute pool: count
+ * each block's nonzero elements, then (after a prefix sum on the caller)
+ * write each block's coordinates at its offset. */
+
+#define NZ_BLOCK 65536
+
+typedef struct nz_plan {
+    const tpu_tensor *x, *out;
+    int64_t numel, *count; /* per block; then its first row */
+    bool write;
+    size_t es;
+} nz_plan;
+
+static void nz_blocks(void *ctx, int64_t b0, int64_t b1) {
+    const nz_plan *p = ctx;
+    const tpu_tensor *x = p->x, *o = p->out;
+    int nd = x->ndim;
+    tpu_dtype dt = (tpu_dtype)x->dtype;
+    for (int64_t b = b0; b < b1; b++) {
+        int64_t lo = b * NZ_BLOCK, hi = lo + NZ_BLOCK < p->numel ? lo + NZ_BLOCK : p->numel;
+        int64_t idx[TPU_MAX_DIMS] = {0}, off = x->offset, rem = lo, row = p->write ? p->count[b] : 0, n = 0;
+        for (int d = nd - 1; d >= 0; d--) {
+            idx[d] = rem % x->sizes[d];
+            rem /= x->sizes[d];
+            off += idx[d] * x->strides[d];
+        }
+        for (int64_t pos = lo; pos < hi; pos++) {
+            if (tpu_load_f64((const char *)x->base + (size_t)off * p->es, dt) != 0.0) { /* (NaN counts; -0 does not) */
+                if (p->write) {
+                    int64_t *r = (int64_t *)o->base + o->offset + row * o->strides[0];
+                    for (int d = 0; d < nd; d++) r[d * o->strides[1]] = idx[d];
+                    row++;
+                }
+                n++;
+            }
+            for (int d = nd - 1; d >= 0; d--) {
+                off += x->strides[d];
+                if (++idx[d] < x->sizes[d]) break;
+                off -= idx[d] * x->strides[d];
+                idx[d] = 0;
+            }
+        }
+        if (!p->write) p->count[b] = n;
+    }
+}
+
+static tpu_status nz_run(tpu_kargs *a) {
+    const tpu_tensor *o = &a->t[0], *x = &a->t[1];
+    nz_plan p = {x, o, 1, NULL, false, tpu_dtype_size((tpu_dtype)x->dtype)};
+    for (int d = 0; d < x->ndim; d++) p.numel *= x->sizes[d];
+    if (o->dtype != TPU_I64 || o->ndim != 2 || o->sizes[1] != x->ndim)
+        return tpu_kernel_fail(a, "nonzero: out must be int64 of shape [n, %d]", x->ndim);
+    int64_t nb = (p.numel + NZ_BLOCK - 1) / NZ_BLOCK, total = 0;
+    if (p.numel == 0) {
+        if (o->sizes[0] != 0)
+            return tpu_kernel_fail(a, "nonzero: %lld rows for an empty input", (long long)o->sizes[0]);
+        return TPU_OK;
+    }
+    p.count = malloc((size_t)nb * sizeof *p.count);
+    if (!p.count) return tpu_kernel_fail(a, "nonzero: out of host memory");
+    tpu_parallel_for(nb, 1, nz_blocks, &p);
+    for (int64_t b = 0; b < nb; b++) {
+        int64_t c = p.count[b];
+        p.count[b] = total;
+        total += c;
+    }
+    if (total != o->sizes[0]) {
+        free(p.count);
+        return tpu_kernel_fail(a, "nonzero: the input has %lld nonzero elements, out has %lld rows", (long long)total,
+                               (long long)o->sizes[0]);
+    }
+    p.write = true;
+    if (x->ndim > 0) tpu_parallel_for(nb, 1, nz_blocks, &p);
+    free(p.count);
     return TPU_OK;
 }

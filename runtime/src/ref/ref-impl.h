@@ -57,4 +57,9 @@ tpu_status tpu_random_bad_p(tpu_kargs *a);
 /* Compute element i and store it at multi-index idx of the output; false if
  * its bernoulli probability (read from a tensor) is outside [0, 1]. */
 bool tpu_random_store(const tpu_kargs *a, int64_t i, const int64_t *idx, tpu_rand_cache *cache);
+/* histc and bincount (ops.def): serial and exact, one implementation for
+ * both the reference and the fast kernel (index.c); tested against hand
+ * values in C and against PyTorch CPU in Python. */
+tpu_status tpu_histogram(tpu_kargs *a);
+
 #endif

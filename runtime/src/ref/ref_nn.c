@@ -286,7 +286,151 @@ static void ref_accumulate(const tpu_tensor *dst, const int64_t *di, const tpu_t
     }
 }
 
+/* index / index_put (see ops.def): one position of the iteration shape at a
+ * time, the indexed operand's offset from the full multi-index. */
+static tpu_status ref_index_adv(tpu_kargs *a) {
+    bool put = a->op == TPU_OP_INDEX_PUT;
+    int k = a->n - 2;
+    tpu_args_INDEX_PUT q = tpu_unpack_INDEX_PUT(&a->p);
+    const tpu_tensor *rd = &a->t[1], *shape = put ? rd : &a->t[0], *xv = put ? &a->t[0] : rd;
+    int nd = shape->ndim;
+    if (k < 1 || xv->ndim != nd + k) return tpu_kernel_fail(a, "%s: bad operands", tpu_op_name(a->op));
+    int64_t n = ref_numel(shape), idx[TPU_MAX_DIMS] = {0}, full[TPU_MAX_DIMS];
+    for (int pass = 0; pass < 2; pass++) { /* pass 0 checks, pass 1 writes */
+        for (int64_t l = 0; l < n; l++) {
+            ref_unravel(shape, l, idx);
+            memcpy(full, idx, sizeof full);
+            for (int j = 0; j < k; j++) {
+                int64_t v = ref_index_at(&a->t[2 + j], idx), lim = xv->sizes[nd + j];
+                if (v < -lim || v >= lim)
+                    return tpu_kernel_fail(a, "index %lld is out of bounds for dimension %d with size %lld",
+                                           (long long)v, (int)((q.dims >> (5 * j)) & 31), (long long)lim);
+                full[nd + j] = v < 0 ? v + lim : v;
+            }
+            if (pass == 0) continue;
+            tpu_dtype dt = (tpu_dtype)a->t[0].dtype;
+            void *dp = ref_ptr(&a->t[0], ref_off(&a->t[0], put ? full : idx));
+            const void *sp = ref_ptr(rd, ref_off(rd, put ? idx : full));
+            if (put && q.accumulate && dt == TPU_BOOL)
+                tpu_store_i64(dp, dt, tpu_load_i64(dp, dt) | tpu_load_i64(sp, dt));
+            else if (put && q.accumulate)
+                ref_accumulate(&a->t[0], full, rd, idx, 1.0);
+            else
+                memcpy(dp, sp, tpu_dtype_size(dt));
+        }
+    }
+    return TPU_OK;
+}
+
+/* v rounded to dt (a store and a load back). */
+static double hist_rnd(double v, tpu_dtype dt) {
+    char tmp[8];
+    tpu_store_f64(tmp, dt, v);
+    return tpu_load_f64(tmp, dt);
+}
+
+/* The bin of e for histc, or -1: the CPU's formula for floats, in the input's
+ * dtype with each step rounded (bf16/f16 arithmetic rounds per op, int64 bin
+ * count included); CUDA's int64 arithmetic for integers. */
+static int64_t histc_bin(const void *p, tpu_dtype dt, double mn, double mx, int64_t nb) {
+    int64_t pos;
+    if (tpu_dtype_is_float(dt)) {
+        double e = tpu_load_f64(p, dt), lo = hist_rnd(mn, dt), hi = hist_rnd(mx, dt);
+        if (!(e >= lo && e <= hi)) return -1;
+        if (dt == TPU_F64) {
+            pos = (int64_t)((e - lo) * (double)nb / (hi - lo));
+        } else if (dt == TPU_F32) {
+            pos = (int64_t)(((float)e - (float)lo) * (float)nb / ((float)hi - (float)lo));
+        } else {
+            double d = hist_rnd(e - lo, dt), m = hist_rnd(d * hist_rnd((double)nb, dt), dt);
+            pos = (int64_t)hist_rnd(m / hist_rnd(hi - lo, dt), dt);
+        }
+    } else {
+        int64_t e = tpu_load_i64(p, dt), lo = (int64_t)mn, hi = (int64_t)mx;
+        if (e < lo || e > hi) return -1;
+        pos = (int64_t)(((uint64_t)e - (uint64_t)lo) * (uint64_t)nb / ((uint64_t)hi - (uint64_t)lo));
+    }
+    if (pos == nb) pos = nb - 1; /* the last bin is closed on the right */
+    return pos >= 0 && pos < nb ? pos : -1;
+}
+
+tpu_status tpu_histogram(tpu_kargs *a) {
+    const tpu_tensor *o = &a->t[0], *x = &a->t[1];
+    tpu_dtype ot = (tpu_dtype)o->dtype, xt = (tpu_dtype)x->dtype;
+    const char *name = tpu_op_name(a->op);
+    if (o->ndim != 1) return tpu_kernel_fail(a, "%s: out must be 1-d", name);
+    int64_t nb = o->sizes[0], n = ref_numel(x), idx[TPU_MAX_DIMS] = {0}, oi[1];
+    if (a->op == TPU_OP_BINCOUNT && x->ndim != 1) return tpu_kernel_fail(a, "%s: input must be 1-d", name);
+    const tpu_tensor *w = a->n > 2 ? &a->t[2] : NULL;
+    if (w && (w->ndim != 1 || w->sizes[0] != n)) return tpu_kernel_fail(a, "%s: weights must match the input", name);
+    if (a->op == TPU_OP_BINCOUNT)
+        for (int64_t l = 0; l < n; l++) { /* check first: nothing written on failure */
+            int64_t v = tpu_load_i64(ref_ptr(x, ref_off(x, &l)), xt);
+            if (v < 0 || v >= nb)
+                return tpu_kernel_fail(a, "bincount: value %lld out of range [0, %lld)", (long long)v, (long long)nb);
+        }
+    for (oi[0] = 0; oi[0] < nb; oi[0]++) tpu_store_f64(ref_ptr(o, ref_off(o, oi)), ot, 0.0);
+    if (a->op == TPU_OP_HISTC) {
+        tpu_args_HISTC q = tpu_unpack_HISTC(&a->p);
+        int64_t *cnt = calloc((size_t)(nb > 0 ? nb : 1), sizeof *cnt);
+        if (!cnt) return tpu_kernel_fail(a, "histc: out of host memory");
+        for (int64_t l = 0; l < n; l++) {
+            ref_unravel(x, l, idx);
+            int64_t b = histc_bin(ref_ptr(x, ref_off(x, idx)), xt, q.min, q.max, nb);
+            if (b >= 0) cnt[b]++;
+        }
+        for (oi[0] = 0; oi[0] < nb; oi[0]++) tpu_store_f64(ref_ptr(o, ref_off(o, oi)), ot, (double)cnt[oi[0]]);
+        free(cnt);
+        return TPU_OK;
+    }
+    for (int64_t l = 0; l < n; l++) { /* bincount: in order, accumulating in out's dtype */
+        oi[0] = tpu_load_i64(ref_ptr(x, ref_off(x, &l)), xt);
+        void *d = ref_ptr(o, ref_off(o, oi));
+        if (!w) {
+            tpu_store_i64(d, ot, tpu_load_i64(d, ot) + 1);
+        } else {
+            double wv = tpu_load_f64(ref_ptr(w, ref_off(w, &l)), (tpu_dtype)w->dtype);
+            if (ot == TPU_F32)
+                tpu_store_f64(d, ot, (double)((float)tpu_load_f64(d, ot) + (float)wv));
+            else
+                tpu_store_f64(d, ot, tpu_load_f64(d, ot) + wv);
+        }
+    }
+    return TPU_OK;
+}
+
+/* nonzero: count, then write each nonzero element's multi-index. */
+static tpu_status ref_nonzero(tpu_kargs *a) {
+    const tpu_tensor *o = &a->t[0], *x = &a->t[1];
+    int64_t n = ref_numel(x), count = 0, idx[TPU_MAX_DIMS] = {0};
+    if (o->dtype != TPU_I64 || o->ndim != 2 || o->sizes[1] != x->ndim)
+        return tpu_kernel_fail(a, "nonzero: out must be int64 of shape [n, %d]", x->ndim);
+    for (int64_t l = 0; l < n; l++) {
+        ref_unravel(x, l, idx);
+        count += ref_get(x, idx) != 0.0;
+    }
+    if (count != o->sizes[0])
+        return tpu_kernel_fail(a, "nonzero: the input has %lld nonzero elements, out has %lld rows", (long long)count,
+                               (long long)o->sizes[0]);
+    int64_t row = 0, oi[2];
+    for (int64_t l = 0; l < n; l++) {
+        ref_unravel(x, l, idx);
+        if (ref_get(x, idx) == 0.0) continue;
+        for (int d = 0; d < x->ndim; d++) {
+            oi[0] = row;
+            oi[1] = d;
+            tpu_store_i64(ref_ptr(o, ref_off(o, oi)), TPU_I64, idx[d]);
+        }
+        row++;
+    }
+    return TPU_OK;
+}
+
 tpu_status tpu_ref_index(tpu_kargs *a) {
+    if (a->op == TPU_OP_INDEX || a->op == TPU_OP_INDEX_PUT) return ref_index_adv(a);
+    if (a->op == TPU_OP_NONZERO) return ref_nonzero(a);
+    if (a->op == TPU_OP_HISTC || a->op == TPU_OP_BINCOUNT)
+        return tpu_histogram(a); /* (serial, one element at a time: it is its own reference) */
     const tpu_tensor *out = &a->t[0];
     tpu_args_INDEX_ADD q = tpu_unpack_INDEX_ADD(&a->p); /* dim as in the other three; alpha: INDEX_ADD only */
     int dim = (int)q.dim;
