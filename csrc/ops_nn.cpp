@@ -820,12 +820,19 @@ static int64_t conv_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) 
   return (in + 2 * p - d * (k - 1) - 1) / s + 1;
 }
 
-// Transposed and 3-d convolutions are not native yet: they run through the
-// counted CPU fallback (warned once, off with TORCH_TPU_CPU_FALLBACK=0).
-// convolution_overrideable has no CPU kernel for the boxed fallback to call,
-// so the fallback calls CPU's convolution here.
-static bool conv_native(const at::Tensor& input, bool transposed) {
-  return !transposed && (input.dim() == 3 || input.dim() == 4);
+// 3-d convolutions (and transposed ones whose output_padding reaches past
+// the stride) are not native yet: they run through the counted CPU fallback
+// (warned once, off with TORCH_TPU_CPU_FALLBACK=0). convolution_overrideable
+// has no CPU kernel for the boxed fallback to call, so the fallback calls
+// CPU's convolution here.
+static bool conv_native(const at::Tensor& input, const at::Tensor& weight, bool transposed, c10::IntArrayRef stride,
+                        c10::IntArrayRef output_padding) {
+  if (input.dim() != 3 && input.dim() != 4) return false;
+  if (!transposed) return true;
+  bool one_d = input.dim() == 3;  // a window fits the output exactly when output_padding < stride
+  for (size_t i = 0; i < (one_d ? 1u : 2u); i++)
+    if (at2(output_padding, i, 0) >= at2(stride, i, 1)) return false;
+  return true;
 }
 static at::Tensor convolution_fallback(const at::Tensor& input, const at::Tensor& weight,
                                        const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
@@ -838,12 +845,102 @@ static at::Tensor convolution_fallback(const at::Tensor& input, const at::Tensor
       .to(input.device());
 }
 
+// Transposed convolution (1-d, 2-d): the input-gradient of a convolution
+// whose weight it shares (Cin, Cout/G, kh, kw). Forward, per group: the
+// columns W_g^T @ x_g folded into the output by COL2IM, then the bias.
+// Backward: dx = conv(dy, W) (IM2COL, GEMM); dW_g = sum over the batch of
+// x_g @ im2col(dy_g)^T; db = dy summed over batch and space.
+struct ConvT {
+  bool one_d;
+  at::Tensor x, w;  // 4-d views; x contiguous
+  int64_t N, Cin, H, W, G, Cig, Cog, kh, kw, K, L;
+  tpu_params p;
+};
+static ConvT convt_setup(const at::Tensor& input, const at::Tensor& weight, c10::IntArrayRef stride,
+                         c10::IntArrayRef padding, c10::IntArrayRef dilation, int64_t groups) {
+  ConvT c;
+  c.one_d = input.dim() == 3;
+  c.x = (c.one_d ? input.unsqueeze(2) : input).contiguous();
+  c.w = c.one_d ? weight.unsqueeze(2) : weight;
+  c.N = c.x.size(0), c.Cin = c.x.size(1), c.H = c.x.size(2), c.W = c.x.size(3), c.G = groups;
+  TORCH_CHECK(groups > 0 && c.Cin % groups == 0 && c.w.size(0) == c.Cin, "Given transposed=1, weight of size ",
+              weight.sizes(), ", expected input", input.sizes(), " to have ", c.w.size(0), " channels, but got ", c.Cin,
+              " channels instead");
+  c.Cig = c.Cin / groups, c.Cog = c.w.size(1), c.kh = c.w.size(2), c.kw = c.w.size(3);
+  c.K = c.Cog * c.kh * c.kw, c.L = c.H * c.W;
+  c.p = win_params(c.kh, c.kw, stride, padding, dilation, c.one_d);
+  return c;
+}
+static at::Tensor conv_transpose(const at::Tensor& input, const at::Tensor& weight,
+                                 const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
+                                 c10::IntArrayRef padding, c10::IntArrayRef dilation, c10::IntArrayRef output_padding,
+                                 int64_t groups) {
+  ConvT c = convt_setup(input, weight, stride, padding, dilation, groups);
+  const tpu_args_IM2COL win = tpu_unpack_IM2COL(&c.p);
+  const int64_t sh = win.stride & 0xffff, sw = win.stride >> 16, ph = win.padding & 0xffff, pw = win.padding >> 16;
+  const int64_t dh = win.dilation & 0xffff, dw = win.dilation >> 16;
+  const int64_t oph = c.one_d ? 0 : at2(output_padding, 0, 0), opw = at2(output_padding, c.one_d ? 0 : 1, 0);
+  const int64_t OH = (c.H - 1) * sh - 2 * ph + dh * (c.kh - 1) + oph + 1;
+  const int64_t OW = (c.W - 1) * sw - 2 * pw + dw * (c.kw - 1) + opw + 1;
+  TORCH_CHECK(OH > 0 && OW > 0, "Given input size per channel: (", c.H, " x ", c.W,
+              "). Calculated output size per channel: (", OH, " x ", OW, "). Output size is too small");
+  at::Tensor out = at::empty({c.N, c.Cog * c.G, OH, OW}, c.x.options());
+  at::Tensor cols = at::empty({c.N, c.K, c.L}, c.x.options());
+  at::Tensor wm = c.w.reshape({c.Cin, c.K});
+  for (int64_t g = 0; g < c.G; g++) {
+    at::Tensor xg = c.x.narrow(1, g * c.Cig, c.Cig), wg = wm.narrow(0, g * c.Cig, c.Cig);
+    gemm(cols, bat3(cols), as3(wg, c.N, c.K, c.Cig, 0, wg.stride(1), wg.stride(0)),
+         as3(xg, c.N, c.Cig, c.L, xg.stride(0), xg.stride(1), 1), nullptr, {}, 1.0, 0.0);
+    at::Tensor og = out.narrow(1, g * c.Cog, c.Cog);
+    tpu_tensor ts[2] = {desc(og), desc(cols)};
+    submit(TPU_OP_COL2IM, ts, 2, c.p);
+  }
+  if (bias.has_value() && bias->defined()) out.add_(bias->view({1, -1, 1, 1}));
+  return c.one_d ? out.squeeze(2) : out;
+}
+static std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose_backward(
+    const at::Tensor& grad, const at::Tensor& input, const at::Tensor& weight, c10::IntArrayRef stride,
+    c10::IntArrayRef padding, c10::IntArrayRef dilation, int64_t groups, std::array<bool, 3> mask) {
+  ConvT c = convt_setup(input, weight, stride, padding, dilation, groups);
+  at::Tensor gy = (c.one_d ? grad.unsqueeze(2) : grad).contiguous();
+  at::Tensor gx, gw, gb;
+  if (mask[0]) gx = at::empty(c.x.sizes(), c.x.options());
+  if (mask[1]) gw = at::empty({c.Cin, c.K}, c.w.options());
+  if (mask[2]) gb = gy.sum({0, 2, 3});
+  at::Tensor wm = c.w.reshape({c.Cin, c.K});
+  at::Tensor cols = at::empty({c.N, c.K, c.L}, c.x.options());
+  for (int64_t g = 0; (mask[0] || mask[1]) && g < c.G; g++) {
+    at::Tensor gyg = gy.narrow(1, g * c.Cog, c.Cog);
+    tpu_tensor ts[2] = {desc(cols), desc(gyg)};
+    submit(TPU_OP_IM2COL, ts, 2, c.p);  // windows of dy: (N, Cog*kh*kw, H*W)
+    at::Tensor wg = wm.narrow(0, g * c.Cig, c.Cig);
+    if (mask[0]) {
+      at::Tensor gxg = gx.narrow(1, g * c.Cig, c.Cig);
+      gemm(gx, as3(gxg, c.N, c.Cig, c.L, gxg.stride(0), gxg.stride(1), 1),
+           as3(wg, c.N, c.Cig, c.K, 0, wg.stride(0), wg.stride(1)), bat3(cols), nullptr, {}, 1.0, 0.0);
+    }
+    if (mask[1]) {
+      at::Tensor xg = c.x.narrow(1, g * c.Cig, c.Cig), part = at::empty({c.N, c.Cig, c.K}, c.x.options());
+      gemm(part, bat3(part), as3(xg, c.N, c.Cig, c.L, xg.stride(0), xg.stride(1), 1),
+           as3(cols, c.N, c.L, c.K, cols.stride(0), 1, cols.stride(1)), nullptr, {}, 1.0, 0.0);
+      gw.narrow(0, g * c.Cig, c.Cig).copy_(part.sum(0));
+    }
+  }
+  if (gw.defined()) gw = gw.view(c.w.sizes());
+  if (c.one_d) {
+    if (gx.defined()) gx = gx.squeeze(2);
+    if (gw.defined()) gw = gw.squeeze(2);
+  }
+  return {gx, gw, gb};
+}
+
 static at::Tensor convolution(const at::Tensor& input_, const at::Tensor& weight_,
                               const std::optional<at::Tensor>& bias, c10::IntArrayRef stride, c10::IntArrayRef padding,
                               c10::IntArrayRef dilation, bool transposed, c10::IntArrayRef output_padding,
                               int64_t groups) {
-  if (!conv_native(input_, transposed))
+  if (!conv_native(input_, weight_, transposed, stride, output_padding))
     return convolution_fallback(input_, weight_, bias, stride, padding, dilation, transposed, output_padding, groups);
+  if (transposed) return conv_transpose(input_, weight_, bias, stride, padding, dilation, output_padding, groups);
   const bool one_d = input_.dim() == 3;
   at::Tensor x = one_d ? input_.unsqueeze(2) : input_, w = one_d ? weight_.unsqueeze(2) : weight_;
   const int64_t N = x.size(0), C = x.size(1), O = w.size(0), kh = w.size(2), kw = w.size(3);
@@ -881,7 +978,7 @@ static std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(
     const at::Tensor& grad_, const at::Tensor& input_, const at::Tensor& weight_, c10::IntArrayRef stride,
     c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed, c10::IntArrayRef output_padding,
     int64_t groups, std::array<bool, 3> mask) {
-  if (!conv_native(input_, transposed)) {
+  if (!conv_native(input_, weight_, transposed, stride, output_padding)) {
     note_cpu_fallback("aten::convolution_backward_overrideable");
     std::vector<int64_t> bias_sizes{weight_.size(transposed ? 1 : 0) * (transposed ? groups : 1)};
     auto [gi, gw, gb] = at::convolution_backward(grad_.cpu(), input_.cpu(), weight_.cpu(),
@@ -890,6 +987,7 @@ static std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(
     auto back = [&](const at::Tensor& t) { return t.defined() ? t.to(input_.device()) : t; };
     return {back(gi), back(gw), back(gb)};
   }
+  if (transposed) return conv_transpose_backward(grad_, input_, weight_, stride, padding, dilation, groups, mask);
   const bool one_d = input_.dim() == 3;
   at::Tensor x = one_d ? input_.unsqueeze(2) : input_, w = one_d ? weight_.unsqueeze(2) : weight_;
   at::Tensor gy = (one_d ? grad_.unsqueeze(2) : grad_).contiguous();
