@@ -19,6 +19,7 @@
 #include <ATen/ops/convolution.h>
 #include <ATen/ops/convolution_backward.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
 #include <ATen/ops/empty_strided.h>
 #include <ATen/ops/zeros.h>
 #include <c10/util/irange.h>
@@ -416,6 +417,50 @@ static AdvIndex adv_index(const at::Tensor& self, const c10::List<std::optional<
   return r;
 }
 
+// sort and topk (ops.def: SORT, TOPK): a stable sort along dim; topk keeps
+// the first k. A 0-dim tensor is seen as [1].
+static void sort_launch(tpu_op op, const at::Tensor& self, int64_t dim, bool flag, const at::Tensor& values,
+                        const at::Tensor& indices) {
+  if (values.numel() == 0) return;
+  tpu_tensor ts[3] = {desc1d(values), desc1d(indices), desc1d(self)};
+  submit(op, ts, 3, TPU_PARAMS(SORT, .dim = dim, .descending = flag));
+}
+static std::tuple<at::Tensor&, at::Tensor&> sort_values_stable(const at::Tensor& self, std::optional<bool>, int64_t dim,
+                                                               bool descending, at::Tensor& values,
+                                                               at::Tensor& indices) {
+  int64_t d = at::maybe_wrap_dim(dim, self.dim());
+  TORCH_CHECK(indices.scalar_type() == kLong, "sort(): Expected indices to have scalar type Long");
+  at::native::resize_output(values, self.sizes());
+  at::native::resize_output(indices, self.sizes());
+  sort_launch(TPU_OP_SORT, self, self.dim() ? d : 0, descending, values, indices);
+  return {values, indices};
+}
+static std::tuple<at::Tensor, at::Tensor> sort_stable(const at::Tensor& self, std::optional<bool> stable, int64_t dim,
+                                                      bool descending) {
+  // laid out as self is (as CPU's sort lays its results out)
+  at::Tensor v = at::empty_like(self), i = at::empty_like(self, self.options().dtype(kLong));
+  sort_values_stable(self, stable, dim, descending, v, i);
+  return {v, i};
+}
+static std::tuple<at::Tensor&, at::Tensor&> topk_values(const at::Tensor& self, int64_t k, int64_t dim, bool largest,
+                                                        bool, at::Tensor& values, at::Tensor& indices) {
+  int64_t d = at::maybe_wrap_dim(dim, self.dim());
+  TORCH_CHECK(k >= 0 && k <= (self.dim() > 0 ? self.size(d) : 1), "selected index k out of range");
+  TORCH_CHECK(self.scalar_type() != kBool, "\"topk_cpu\" not implemented for 'Bool'");
+  std::vector<int64_t> shape(self.sizes().begin(), self.sizes().end());
+  if (self.dim() > 0) shape[d] = k;
+  at::native::resize_output(values, shape);
+  at::native::resize_output(indices, shape);
+  sort_launch(TPU_OP_TOPK, self, self.dim() ? d : 0, largest, values, indices);
+  return {values, indices};
+}
+static std::tuple<at::Tensor, at::Tensor> topk(const at::Tensor& self, int64_t k, int64_t dim, bool largest,
+                                               bool sorted) {
+  at::Tensor v = at::empty({0}, self.options()), i = at::empty({0}, self.options().dtype(kLong));
+  topk_values(self, k, dim, largest, sorted, v, i);
+  return {v, i};
+}
+
 // histc and bincount: the range (histc with min == max) and the length
 // (bincount) depend on the data: read back first (a host sync), as on CUDA.
 // histc takes integer inputs too, as CUDA's does (the CPU's rejects them;
@@ -594,6 +639,41 @@ static at::Tensor& scatter_add_out(const at::Tensor& self, int64_t dim, const at
   submit(TPU_OP_SCATTER_ADD, ts, 3,
          TPU_PARAMS(SCATTER_ADD, .dim = at::maybe_wrap_dim(dim, std::max<int64_t>(self.dim(), 1))));
   return out;
+}
+// scatter (a copy; the value form scatters a host scalar, filled to the
+// index's shape first). Checks in PyTorch's words (its structured meta does
+// not run for an out kernel registered here).
+static at::Tensor& scatter_src_out(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src,
+                                   at::Tensor& out) {
+  TORCH_CHECK(index.numel() == 0 || index.scalar_type() == kLong || index.scalar_type() == kInt,
+              "scatter(): Expected dtype int32/int64 for index");
+  TORCH_CHECK(self.scalar_type() == src.scalar_type(), "scatter(): Expected self.dtype to be equal to src.dtype");
+  int64_t d = at::maybe_wrap_dim(dim, std::max<int64_t>(self.dim(), 1));
+  if (index.numel() > 0) {
+    TORCH_CHECK(std::max<int64_t>(index.dim(), 1) == std::max<int64_t>(self.dim(), 1),
+                "Index tensor must have the same number of dimensions as self tensor");
+    TORCH_CHECK(std::max<int64_t>(src.dim(), 1) == std::max<int64_t>(self.dim(), 1),
+                "Index tensor must have the same number of dimensions as src tensor");
+    bool ok = true;
+    for (int64_t i = 0; i < index.dim(); i++)
+      ok = ok && index.size(i) <= src.size(i) && (i == d || index.size(i) <= self.size(i));
+    TORCH_CHECK(ok, "Expected index ", index.sizes(), " to be no larger than self ", self.sizes(),
+                " apart from dimension ", d, " and to be no larger size than src ", src.sizes());
+  }
+  if (!out.is_same(self)) {
+    at::native::resize_output(out, self.sizes());
+    device_copy(out, self);
+  }
+  if (index.numel() == 0) return out;
+  tpu_tensor ts[3] = {desc1d(out), desc1d(index), desc1d(src)};
+  submit(TPU_OP_SCATTER, ts, 3, TPU_PARAMS(SCATTER, .dim = d));
+  return out;
+}
+static at::Tensor& scatter_value_out(const at::Tensor& self, int64_t dim, const at::Tensor& index,
+                                     const c10::Scalar& value, at::Tensor& out) {
+  at::Tensor src = at::empty(index.sizes(), self.options());
+  src.fill_(value);
+  return scatter_src_out(self, dim, index, src, out);
 }
 static at::Tensor& index_add_out(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src,
                                  const c10::Scalar& alpha, at::Tensor& out) {
@@ -1249,6 +1329,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("index_select.out", TORCH_FN(index_select_out));
   m.impl("nonzero", TORCH_FN(nonzero));
   m.impl("histc", TORCH_FN(histc));
+  m.impl("sort.stable", TORCH_FN(sort_stable));
+  m.impl("sort.values_stable", TORCH_FN(sort_values_stable));
+  m.impl("topk", TORCH_FN(topk));
+  m.impl("topk.values", TORCH_FN(topk_values));
   m.impl("histc.out", TORCH_FN(histc_out));
   m.impl("bincount", TORCH_FN(bincount));
   m.impl("nonzero.out", TORCH_FN(nonzero_out));
@@ -1257,6 +1341,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_index_put_impl_", TORCH_FN(index_put_impl));
   m.impl("gather.out", TORCH_FN(gather_out));
   m.impl("scatter_add.out", TORCH_FN(scatter_add_out));
+  m.impl("scatter.src_out", TORCH_FN(scatter_src_out));
+  m.impl("scatter.value_out", TORCH_FN(scatter_value_out));
   m.impl("index_add.out", TORCH_FN(index_add_out));
   m.impl("embedding_dense_backward", TORCH_FN(embedding_dense_backward));
   m.impl("masked_select", TORCH_FN(masked_select));

@@ -235,3 +235,99 @@ def test_histogram_errors_as_cpu(case):
     with pytest.raises(RuntimeError) as ours:
         HIST_ERRORS[case](D)
     assert str(ours.value).splitlines()[0] == str(cpu.value).splitlines()[0]
+
+
+def _sortable(dtype, shape=(4, 33, 5), seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(-5, 6, shape, generator=g).to(torch.float32)   # ties
+    if dtype.is_floating_point:
+        x.view(-1)[::17] = float("nan")
+        x.view(-1)[5::19] = float("-inf")
+        return x.to(dtype)
+    if dtype == torch.bool:
+        return x > 0
+    if dtype == torch.uint8:
+        return x.abs().to(dtype)
+    return x.to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64, torch.int64,
+                                   torch.int32, torch.uint8, torch.bool])
+@pytest.mark.parametrize("dim", [0, 1, -1])
+@pytest.mark.parametrize("descending", [False, True])
+def test_sort_stable_matches_cpu(dtype, dim, descending):
+    x = _sortable(dtype)
+    for v in (x, x.transpose(0, 2)):
+        assert_close(torch.sort(v.to(D), dim=dim, descending=descending, stable=True),
+                     torch.sort(v, dim=dim, descending=descending, stable=True))
+        assert_close(torch.argsort(v.to(D), dim=dim, descending=descending, stable=True),
+                     torch.argsort(v, dim=dim, descending=descending, stable=True))
+
+
+def test_sort_values_unstable_and_0d():
+    x = torch.randn(6, 50)
+    assert_close(torch.sort(x.to(D), dim=1)[0], torch.sort(x, dim=1)[0])
+    assert_close(torch.sort(x.to(D), dim=1)[1], torch.sort(x, dim=1)[1])   # distinct keys: one answer
+    s = torch.tensor(2.5)
+    assert_close(torch.sort(s.to(D)), torch.sort(s))
+    assert_close(torch.sort(torch.zeros(0, 3).to(D), dim=0), torch.sort(torch.zeros(0, 3), dim=0))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64])
+@pytest.mark.parametrize("k,dim,largest", [(1, -1, True), (5, -1, False), (3, 0, True), (0, 1, True), (33, 1, True)])
+def test_topk_matches_cpu(dtype, k, dim, largest):
+    g = torch.Generator().manual_seed(k)
+    x = torch.randperm(4 * 33 * 5, generator=g).reshape(4, 33, 5).to(dtype)   # distinct: one right answer
+    if dtype == torch.bfloat16:
+        x = torch.randn(4, 33, 5, generator=g).to(dtype).unique().reshape(-1)[:4 * 33 * 5]
+        x = torch.cat([x, torch.randn(660, generator=g).to(dtype)]).unique()[:660].reshape(4, 33, 5)
+    assert_close(torch.topk(x.to(D), k, dim=dim, largest=largest), torch.topk(x, k, dim=dim, largest=largest))
+
+
+def test_sort_topk_errors_as_cpu():
+    x = torch.randn(3, 4)
+    for f, exc in ((lambda t: torch.topk(t, 5), RuntimeError), (lambda t: torch.sort(t, dim=2), IndexError),
+                   (lambda t: torch.topk(t, -1), RuntimeError)):
+        with pytest.raises(exc) as cpu:
+            f(x)
+        with pytest.raises(exc) as ours:
+            f(x.to(D))
+        assert str(ours.value).splitlines()[0] == str(cpu.value).splitlines()[0]
+
+
+def test_generate_style_sampling_ops_are_native():
+    """What sampling in generate() runs per token: top-k filter, top-p (sort, cumsum, scatter), multinomial."""
+    logits = torch.randn(2, 50).to(D)
+    top = torch.topk(logits, 10)[0][..., -1, None]
+    logits = logits.masked_fill(logits < top, float("-inf"))
+    sorted_logits, sorted_idx = torch.sort(logits, descending=False)
+    cum = sorted_logits.softmax(-1).cumsum(-1)
+    remove = cum <= 0.1
+    remove = remove.scatter(1, sorted_idx, remove)
+    logits = logits.masked_fill(remove, float("-inf"))
+    assert torch.isfinite(logits).sum().item() >= 2
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.bool])
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_scatter_matches_cpu(dtype, dim):
+    g = torch.Generator().manual_seed(dim + 5)
+    x = _x(dtype, (4, 6, 5))
+    src = _x(dtype, (4, 6, 5), seed=2)
+    # a permutation along dim (no duplicates: scatter's result is then unique) on an index smaller than src
+    idx = torch.argsort(torch.rand(*[min(a, b) for a, b in zip(x.shape, (3, 5, 4))], generator=g), dim=dim)
+    for f in (lambda t, i, s: t.scatter(dim, i, s), lambda t, i, s: t.scatter(dim, i, 1 if dtype != torch.bool else True),
+              lambda t, i, s: t.clone().scatter_(dim, i, s)):
+        assert_close(f(x.to(D), idx.to(D), src.to(D)), f(x, idx, src))
+
+
+def test_scatter_errors_as_cpu():
+    x, s = torch.randn(3, 4), torch.randn(3, 4)
+    for f in (lambda t, i, u: t.scatter(0, i.short(), u), lambda t, i, u: t.scatter(0, i, u.double()),
+              lambda t, i, u: t.scatter(1, i[None], u)):
+        i = torch.zeros(2, 2, dtype=torch.long)
+        with pytest.raises(RuntimeError) as cpu:
+            f(x, i, s)
+        with pytest.raises(RuntimeError) as ours:
+            f(x.to(D), i.to(D), s.to(D))
+        assert str(ours.value).splitlines()[0] == str(cpu.value).splitlines()[0]

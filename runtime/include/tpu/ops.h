@@ -54,7 +54,8 @@ typedef enum tpu_op_class {
 #define TPU_FAMILIES(X)                                                                       \
     X(EW, elementwise, ew) X(RED, reduce, red) X(SCAN, scan, scan) X(GEMM, gemm, gemm)         \
     X(SOFTMAX, softmax, softmax) X(LOSS, loss, loss) X(NORM, norm, norm) X(INDEX, index, index) \
-    X(RANDOM, random, random) X(OPTIM, optim, optim) X(SHAPE, shape, shape) X(RNN, rnn, rnn)
+    X(RANDOM, random, random) X(OPTIM, optim, optim) X(SHAPE, shape, shape) X(RNN, rnn, rnn)       \
+    X(SORT, sort, sort)
 /* clang-format on */
 
 typedef enum tpu_op_family {

@@ -1,4 +1,4 @@
-/* index.c - index_select, gather, scatter_add, index_add; and advanced
+/* index.c - index_select, gather, scatter_add, scatter, index_add; and advanced
  * indexing (index, index_put: x[i, :, j], x[mask] = v), at the end.
  *
  * All four walk an iteration shape S (out's for index_select, index's for
@@ -8,6 +8,7 @@
  *   index_select  out[.., k, ..]  = x[.., j, ..]     j = index[k]
  *   gather        out[.., k, ..]  = x[.., j, ..]     j = index[.., k, ..]
  *   scatter_add   out[.., j, ..] += src[.., k, ..]   j = index[.., k, ..]
+ *   scatter       out[.., j, ..]  = src[.., k, ..]   j = index[.., k, ..]
  *   index_add     out[.., j, ..] += a*src[.., k, ..] j = index[k]
  * Every index is checked before anything is written. Positions that differ
  * outside `dim` never touch the same destination element, so work is split
@@ -312,7 +313,7 @@ tpu_status tpu_k_index(tpu_kargs *a) {
     if (a->op < TPU_OP_INDEX_SELECT || a->op > TPU_OP_INDEX_ADD || a->n != 3)
         return tpu_kernel_fail(a, "%s: not an index op or wrong operand count %d", tpu_op_name(a->op), a->n);
     bool select_like = a->op == TPU_OP_INDEX_SELECT || a->op == TPU_OP_INDEX_ADD;
-    bool scatter = a->op == TPU_OP_SCATTER_ADD || a->op == TPU_OP_INDEX_ADD;
+    bool scatter = a->op == TPU_OP_SCATTER_ADD || a->op == TPU_OP_INDEX_ADD || a->op == TPU_OP_SCATTER;
     tpu_tensor out, ix, x; /* x: the read tensor (input for select/gather, src for the adds) */
     ix_view(&out, &a->t[0]);
     ix_view(&ix, &a->t[scatter ? 1 : 2]);
@@ -329,7 +330,7 @@ tpu_status tpu_k_index(tpu_kargs *a) {
     if (out.dtype != x.dtype)
         return tpu_kernel_fail(a, "%s: dtypes %s and %s differ", name, tpu_dtype_name((tpu_dtype)out.dtype),
                                tpu_dtype_name((tpu_dtype)x.dtype));
-    if (scatter && (out.dtype == TPU_BOOL || out.dtype >= TPU_DTYPE_COUNT)) {
+    if (scatter && a->op != TPU_OP_SCATTER && (out.dtype == TPU_BOOL || out.dtype >= TPU_DTYPE_COUNT)) {
         tpu_kernel_fail(a, "%s: dtype %s not supported", name, tpu_dtype_name((tpu_dtype)out.dtype));
         return TPU_ERROR_NOT_SUPPORTED;
     }
@@ -347,7 +348,7 @@ tpu_status tpu_k_index(tpu_kargs *a) {
     p.dim = (int)dim;
     p.d_by_idx = scatter;
     p.var_idx = !select_like;
-    p.accumulate = scatter;
+    p.accumulate = scatter && a->op != TPU_OP_SCATTER;
     p.dt = (tpu_dtype)out.dtype;
     p.idt = (tpu_dtype)ix.dtype;
     p.es = tpu_dtype_size(p.dt);

@@ -434,7 +434,7 @@ tpu_status tpu_ref_index(tpu_kargs *a) {
     const tpu_tensor *out = &a->t[0];
     tpu_args_INDEX_ADD q = tpu_unpack_INDEX_ADD(&a->p); /* dim as in the other three; alpha: INDEX_ADD only */
     int dim = (int)q.dim;
-    bool scatter = a->op == TPU_OP_SCATTER_ADD || a->op == TPU_OP_INDEX_ADD;
+    bool scatter = a->op == TPU_OP_SCATTER_ADD || a->op == TPU_OP_INDEX_ADD || a->op == TPU_OP_SCATTER;
     const tpu_tensor *ix = &a->t[scatter ? 1 : 2], *x = &a->t[scatter ? 2 : 1];
     /* the iteration tensor: its multi-index addresses every element once */
     const tpu_tensor *it = a->op == TPU_OP_INDEX_SELECT ? out : a->op == TPU_OP_INDEX_ADD ? x : ix;
@@ -463,6 +463,10 @@ tpu_status tpu_ref_index(tpu_kargs *a) {
                 else
                     tpu_store_i64(ref_ptr(out, ref_off(out, idx)), (tpu_dtype)out->dtype,
                                   tpu_load_i64(ref_ptr(x, ref_off(x, jdx)), (tpu_dtype)x->dtype));
+                break;
+            case TPU_OP_SCATTER: /* out[idx with dim = j] = src[idx] (in order: the last wins) */
+                memcpy(ref_ptr(out, ref_off(out, jdx)), ref_ptr(x, ref_off(x, idx)),
+                       tpu_dtype_size((tpu_dtype)out->dtype));
                 break;
             case TPU_OP_SCATTER_ADD: /* out[idx with dim = j] += src[idx] */
                 ref_accumulate(out, jdx, x, idx, 1.0);
@@ -498,5 +502,67 @@ tpu_status tpu_ref_optim(tpu_kargs *a) {
         ref_set(m, idx, mv);
         ref_set(v, idx, vv);
     }
+    return TPU_OK;
+}
+
+/* ---- sort / topk: per row, a stable insertion sort of (key, index) ---- */
+
+static bool ref_sort_before(double x, double y, bool desc) {
+    bool nx = isnan(x), ny = isnan(y);
+    return desc ? (nx && !ny) || x > y : (ny && !nx) || x < y;
+}
+
+tpu_status tpu_ref_sort(tpu_kargs *a) {
+    const tpu_tensor *v = &a->t[0], *ix = &a->t[1], *x = &a->t[2];
+    tpu_args_SORT q = tpu_unpack_SORT(&a->p);
+    int dim = (int)q.dim, nd = x->ndim;
+    bool desc = q.descending != 0, flt = tpu_dtype_is_float((tpu_dtype)x->dtype);
+    if (nd == 0 || dim < 0 || dim >= nd || v->ndim != nd || ix->ndim != nd)
+        return tpu_kernel_fail(a, "%s: bad operands", tpu_op_name(a->op));
+    int64_t n = x->sizes[dim], k = v->sizes[dim], rows = 1;
+    for (int d = 0; d < nd; d++)
+        if (d != dim) rows *= x->sizes[d];
+    int64_t *perm = malloc((size_t)(n ? n : 1) * sizeof *perm);
+    double *key = malloc((size_t)(n ? n : 1) * sizeof *key);
+    int64_t *ikey = malloc((size_t)(n ? n : 1) * sizeof *ikey);
+    if (!perm || !key || !ikey) {
+        free(perm);
+        free(key);
+        free(ikey);
+        return tpu_kernel_fail(a, "sort: out of host memory");
+    }
+    int64_t idx[TPU_MAX_DIMS] = {0};
+    for (int64_t row = 0; row < rows; row++) {
+        int64_t rem = row;
+        for (int d = nd - 1; d >= 0; d--) {
+            if (d == dim) continue;
+            idx[d] = rem % x->sizes[d];
+            rem /= x->sizes[d];
+        }
+        for (int64_t j = 0; j < n; j++) {
+            idx[dim] = j;
+            const void *e = ref_ptr(x, ref_off(x, idx));
+            key[j] = tpu_load_f64(e, (tpu_dtype)x->dtype);
+            ikey[j] = tpu_load_i64(e, (tpu_dtype)x->dtype);
+            int64_t m = j; /* insert j after every element that does not go strictly after it */
+            while (m > 0 && (flt ? ref_sort_before(key[j], key[perm[m - 1]], desc)
+                                 : (desc ? ikey[j] > ikey[perm[m - 1]] : ikey[j] < ikey[perm[m - 1]]))) {
+                perm[m] = perm[m - 1];
+                m--;
+            }
+            perm[m] = j;
+        }
+        for (int64_t j = 0; j < k; j++) {
+            int64_t src[TPU_MAX_DIMS];
+            memcpy(src, idx, sizeof src);
+            src[dim] = perm[j];
+            idx[dim] = j;
+            memcpy(ref_ptr(v, ref_off(v, idx)), ref_ptr(x, ref_off(x, src)), tpu_dtype_size((tpu_dtype)x->dtype));
+            tpu_store_i64(ref_ptr(ix, ref_off(ix, idx)), TPU_I64, perm[j]);
+        }
+    }
+    free(perm);
+    free(key);
+    free(ikey);
     return TPU_OK;
 }
