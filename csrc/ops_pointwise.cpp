@@ -335,6 +335,15 @@ static at::Tensor& div_mode_out(const at::Tensor& a, const at::Tensor& b, std::o
               "div expected rounding_mode to be one of None, 'trunc', or 'floor' but found '", *mode, "'");
   return ew_out(*mode == "trunc" ? TPU_OP_DIV_TRUNC : TPU_OP_DIV_FLOOR, out, {a, b});
 }
+// floor_divide is div(rounding_mode="floor") (PyTorch runs the same kernel).
+static at::Tensor& tpu_floor_divide_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
+  return ew_out(TPU_OP_DIV_FLOOR, out, {a, b});
+}
+static at::Tensor tpu_floor_divide(const at::Tensor& a, const at::Tensor& b) {
+  at::Tensor out = at::empty({0}, a.options().dtype(common_type({a, b})));
+  return tpu_floor_divide_out(a, b, out);
+}
+static at::Tensor& tpu_floor_divide_(at::Tensor& a, const at::Tensor& b) { return tpu_floor_divide_out(a, b, a); }
 static at::Tensor& pow_tt_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
   return ew_out(TPU_OP_POW, out, {a, b});
 }
@@ -742,6 +751,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("sub.out", TORCH_FN(sub_out));
   m.impl("div.out", TORCH_FN(div_out));
   m.impl("div.out_mode", TORCH_FN(div_mode_out));
+  m.impl("floor_divide", TORCH_FN(tpu_floor_divide));
+  m.impl("floor_divide.out", TORCH_FN(tpu_floor_divide_out));
+  m.impl("floor_divide_.Tensor", TORCH_FN(tpu_floor_divide_));
   m.impl("pow.Tensor_Tensor_out", TORCH_FN(pow_tt_out));
   m.impl("pow.Tensor_Scalar_out", TORCH_FN(pow_ts_out));
   m.impl("pow.Scalar_out", TORCH_FN(pow_st_out));

@@ -19,6 +19,13 @@ csrc/ and out of this table.
 - ``_amp_foreach_non_finite_check_and_unscale_`` and ``_amp_update_scale_``
   (GradScaler): written here with CUDA's semantics and checks, from native
   ops, without a host sync (PyTorch has no decomposition for them).
+- ``isin``: each element compared with every test element (in chunks of
+  elements, so memory stays bounded), as PyTorch's default algorithm does.
+- ``multinomial``: the exponential race (Gumbel-max): sample j is the
+  argmax over i of log p_i - log E_i with E_i = -log(1 - U_i) ~ Exp(1), U_i
+  drawn by the tpu generator; without replacement, the top num_samples of one race (Gumbel
+  top-k), which is distributed as sequential sampling without replacement.
+  The probability checks need one host read (as CPU's raise at the call).
 """
 import torch
 from torch._decomp import decomposition_table
@@ -108,6 +115,60 @@ def _amp_update_scale(scale, growth_tracker, found_inf, growth_factor, backoff_f
     return scale
 
 
+_ISIN_CHUNK = 1 << 22   # elements x test elements compared at once
+
+
+def _isin(elements, test_elements, assume_unique=False, invert=False):
+    e = elements if isinstance(elements, torch.Tensor) else torch.tensor(elements, device=test_elements.device)
+    t = test_elements if isinstance(test_elements, torch.Tensor) else torch.tensor(test_elements, device=e.device)
+    t = t.reshape(-1)
+    flat = e.reshape(-1)
+    step = max(1, _ISIN_CHUNK // max(1, t.numel()))
+    parts = [(flat[i:i + step, None] == t[None, :]).any(-1) for i in range(0, flat.numel(), step)]
+    out = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.bool, device=e.device)
+    out = out.reshape(e.shape)
+    return torch.logical_not(out) if invert else out
+
+
+def _isin_out(elements, test_elements, assume_unique=False, invert=False, *, out):
+    r = _isin(elements, test_elements, assume_unique, invert)
+    out.resize_(r.shape)
+    return out.copy_(r)
+
+
+def _exponential(shape, device, generator):
+    """Exp(1) draws from the tpu generator: -log(1 - U), U uniform in [0, 1)."""
+    return torch.neg(torch.log1p(torch.neg(torch.rand(shape, device=device, generator=generator))))
+
+
+def _multinomial(p, num_samples, replacement=False, *, generator=None):
+    if p.dim() not in (1, 2):
+        raise RuntimeError("prob_dist must be 1 or 2 dim")
+    if not p.is_floating_point():
+        raise RuntimeError(f"multinomial only supports floating-point dtypes for input, got: {p.dtype}")
+    if num_samples <= 0:
+        raise RuntimeError("cannot sample n_sample <= 0 samples")
+    n = p.size(-1)
+    if not replacement and num_samples > n:
+        raise RuntimeError("cannot sample n_sample > prob_dist.size(-1) samples without replacement")
+    q = p.float()
+    bad = torch.logical_or(q < 0, torch.logical_not(torch.isfinite(q))).any()
+    empty = (q.sum(-1) <= 0).any()
+    flags = torch.stack([bad, empty]).tolist()   # one host read for both checks
+    if flags[0]:
+        raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
+    if flags[1]:
+        raise RuntimeError("invalid multinomial distribution (sum of probabilities <= 0)")
+    rows = q.reshape(-1, n)
+    logp = torch.log(rows)
+    if replacement and num_samples > 1:
+        e = _exponential((rows.size(0), num_samples, n), p.device, generator)
+        idx = (logp[:, None, :] - torch.log(e)).argmax(-1)
+    else:
+        idx = torch.topk(logp - torch.log(_exponential(rows.shape, p.device, generator)), num_samples, dim=-1).indices
+    return idx.reshape(*p.shape[:-1], num_samples)
+
+
 # (schema name, overload, implementation)
 _ROWS = [
     ("native_batch_norm", "default", _batch_norm),
@@ -121,6 +182,11 @@ _ROWS = [
     ("native_group_norm_backward", "default", _group_norm_backward),
     ("_amp_foreach_non_finite_check_and_unscale_", "default", _amp_unscale),
     ("_amp_update_scale_", "default", _amp_update_scale),
+    ("isin", "Tensor_Tensor", _isin),
+    ("isin", "Tensor_Tensor_out", _isin_out),
+    ("isin", "Tensor_Scalar", _isin),
+    ("isin", "Scalar_Tensor", _isin),
+    ("multinomial", "default", _multinomial),
 ]
 
 

@@ -1,0 +1,114 @@
+"""Ops that decoding and sampling need (isin, multinomial, floor_divide), native
+on the tpu, against PyTorch CPU; and transformers' generate() with no CPU
+fallback at all (greedy equal to CPU token for token)."""
+import warnings
+
+import pytest
+import torch
+import torch_tpu
+
+from conftest import assert_close
+
+D = "tpu"
+
+
+@pytest.fixture(autouse=True)
+def native_only():
+    torch_tpu.set_cpu_fallback_enabled(False)
+    yield
+    torch_tpu.set_cpu_fallback_enabled(True)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.float32])
+@pytest.mark.parametrize("invert", [False, True])
+def test_isin_matches_cpu(dtype, invert):
+    g = torch.Generator().manual_seed(0)
+    e = torch.randint(-5, 20, (4, 7), generator=g).to(dtype)
+    for t in (torch.tensor([3, -5, 7, 7, 100]).to(dtype), torch.tensor([], dtype=dtype), torch.tensor(3).to(dtype)):
+        assert_close(torch.isin(e.to(D), t.to(D), invert=invert), torch.isin(e, t, invert=invert))
+    assert_close(torch.isin(e.to(D), 4, invert=invert), torch.isin(e, 4, invert=invert))
+
+
+def test_isin_large_is_chunked():
+    g = torch.Generator().manual_seed(1)
+    e, t = torch.randint(0, 10**6, (300000,), generator=g), torch.randint(0, 10**6, (40,), generator=g)
+    assert_close(torch.isin(e.to(D), t.to(D)), torch.isin(e, t))
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.float32])
+def test_floor_divide_matches_cpu(dtype):
+    a = torch.tensor([7, -7, 7, -7, 0, 9]).to(dtype)
+    b = torch.tensor([2, 2, -2, -2, 3, 4]).to(dtype)
+    assert_close(torch.floor_divide(a.to(D), b.to(D)), torch.floor_divide(a, b))
+    assert_close(a.to(D) // 2, a // 2)
+    x = a.clone()
+    y = a.to(D)
+    x.floor_divide_(b)
+    y.floor_divide_(b.to(D))
+    assert_close(y, x)
+
+
+def test_multinomial_distribution_and_rules():
+    torch.manual_seed(0)
+    p = torch.tensor([[0.1, 0.0, 0.6, 0.3], [1.0, 1.0, 1.0, 1.0]])
+    n = 20000
+    s = torch.multinomial(p.to(D), n, replacement=True).cpu()
+    assert s.shape == (2, n) and s.dtype == torch.long
+    for row, probs in zip(s, p / p.sum(-1, keepdim=True)):
+        freq = torch.bincount(row, minlength=4).double() / n
+        assert (freq - probs.double()).abs().max() < 0.02, freq   # ~5 sigma at n = 20000
+    assert (s[0] == 1).sum() == 0                                 # zero probability: never drawn
+    w = torch.multinomial(p.to(D), 3).cpu()                       # without replacement: distinct, never index 1
+    assert all(len(set(r.tolist())) == 3 for r in w) and (w[0] != 1).all()
+    one = torch.multinomial(torch.tensor([0.2, 0.8]).to(D), 1)
+    assert one.shape == (1,)
+
+
+def test_multinomial_reproducible_from_the_seed():
+    p = torch.rand(3, 10).to(D)
+    torch.manual_seed(5)
+    a = torch.multinomial(p, 4).cpu()
+    torch.manual_seed(5)
+    b = torch.multinomial(p, 4).cpu()
+    assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("case", [
+    (lambda d: torch.multinomial(torch.tensor([0.5, -1.0], device=d), 1)),
+    (lambda d: torch.multinomial(torch.tensor([0.0, 0.0], device=d), 1)),
+    (lambda d: torch.multinomial(torch.tensor([1.0, 1.0], device=d), 3)),
+    (lambda d: torch.multinomial(torch.tensor([float("nan"), 1.0], device=d), 1)),
+    (lambda d: torch.multinomial(torch.ones(2, 2, 2, device=d), 1)),
+    (lambda d: torch.multinomial(torch.ones(3, device=d), 0)),
+])
+def test_multinomial_errors_as_cpu(case):
+    with pytest.raises(RuntimeError) as cpu:
+        case("cpu")
+    with pytest.raises(RuntimeError) as ours:
+        case(D)
+    assert str(ours.value).splitlines()[0] == str(cpu.value).splitlines()[0]
+
+
+def test_generate_has_no_fallback():
+    from transformers import GPT2Config, GPT2LMHeadModel
+    torch.manual_seed(0)
+    cfg = GPT2Config(n_layer=2, n_embd=32, n_head=4, vocab_size=300, n_positions=64, eos_token_id=299,
+                     bos_token_id=299)
+    m = GPT2LMHeadModel(cfg).eval()
+    mt = GPT2LMHeadModel(cfg).eval()
+    mt.load_state_dict(m.state_dict())
+    mt = mt.to(D)
+    ids = torch.randint(0, 299, (2, 6))
+    am = torch.ones_like(ids)
+    am[0, :2] = 0                                     # left padding: the padded-mask path
+    kw = dict(attention_mask=am, max_new_tokens=6, pad_token_id=0)
+    torch_tpu.reset_fallback_counts()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        a = m.generate(ids, do_sample=False, **kw)
+        kw["attention_mask"] = am.to(D)
+        b = mt.generate(ids.to(D), do_sample=False, **kw)
+        assert torch.equal(a, b.cpu())
+        mt.generate(ids.to(D), do_sample=True, top_k=20, top_p=0.9, temperature=0.8, **kw)
+        mt.generate(ids.to(D), num_beams=3, **kw)
+    assert torch_tpu.fallback_counts() == {}
