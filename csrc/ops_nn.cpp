@@ -16,6 +16,7 @@
 #include <ATen/ops/ne.h>
 #include <ATen/ops/nonzero.h>
 #include <ATen/ops/sum.h>
+#include <ATen/ops/where.h>
 #include <ATen/ops/convolution.h>
 #include <ATen/ops/convolution_backward.h>
 #include <ATen/ops/empty.h>
@@ -415,6 +416,47 @@ static AdvIndex adv_index(const at::Tensor& self, const c10::List<std::optional<
     r.index.push_back(e.as_strided(r.shape, st, e.storage_offset()));
   }
   return r;
+}
+
+// torch._fused_adamw_ / _fused_adam_ (torch.optim.AdamW / Adam with
+// fused=True, transformers' default optimizer): one ADAMW_STEP launch per
+// parameter, the step count read on the device from its state tensor (no
+// host sync). With a GradScaler, the grads are unscaled first unless found_inf
+// is set (then the step is skipped in the kernel and the grads stay as they
+// were, as on CUDA).
+static void fused_adam(bool adamw, at::TensorList params, at::TensorList grads, at::TensorList exp_avgs,
+                       at::TensorList exp_avg_sqs, at::TensorList max_exp_avg_sqs, at::TensorList steps, double lr,
+                       double beta1, double beta2, double weight_decay, double eps, bool amsgrad, bool maximize,
+                       const std::optional<at::Tensor>& grad_scale, const std::optional<at::Tensor>& found_inf) {
+  TORCH_CHECK_NOT_IMPLEMENTED(!amsgrad,
+                              "tpu: the fused Adam/AdamW step with amsgrad=True is not supported yet; "
+                              "use fused=False (the foreach implementation runs natively)");
+  size_t n = params.size();
+  TORCH_CHECK(grads.size() == n && exp_avgs.size() == n && exp_avg_sqs.size() == n && steps.size() == n,
+              "_fused_adam: the tensor lists must have the same length");
+  bool hs = grad_scale.has_value() && grad_scale->defined(), hf = found_inf.has_value() && found_inf->defined();
+  for (size_t i = 0; i < n; i++) {
+    at::Tensor g = grads[i];
+    if (hs) {
+      at::Tensor unscaled = g.div(grad_scale->reshape({}));
+      g.copy_(hf ? at::where(found_inf->reshape({}).ne(0), g, unscaled) : unscaled);
+    }
+    std::vector<tpu_tensor> ts = {desc(params[i]), desc(exp_avgs[i]), desc(exp_avg_sqs[i]), desc(g), desc(steps[i])};
+    if (hf) ts.push_back(desc(*found_inf));
+    submit(TPU_OP_ADAMW_STEP, ts.data(), static_cast<int>(ts.size()),
+           TPU_PARAMS(ADAMW_STEP, .lr = lr, .beta1 = beta1, .beta2 = beta2, .eps = eps, .weight_decay = weight_decay,
+                      .step = 1, .maximize = maximize, .l2 = !adamw));
+  }
+}
+static void fused_adamw_(at::TensorList p, at::TensorList g, at::TensorList m, at::TensorList v, at::TensorList mx,
+                         at::TensorList st, double lr, double b1, double b2, double wd, double eps, bool ams, bool maxi,
+                         const std::optional<at::Tensor>& gs, const std::optional<at::Tensor>& fi) {
+  fused_adam(true, p, g, m, v, mx, st, lr, b1, b2, wd, eps, ams, maxi, gs, fi);
+}
+static void fused_adam_(at::TensorList p, at::TensorList g, at::TensorList m, at::TensorList v, at::TensorList mx,
+                        at::TensorList st, double lr, double b1, double b2, double wd, double eps, bool ams, bool maxi,
+                        const std::optional<at::Tensor>& gs, const std::optional<at::Tensor>& fi) {
+  fused_adam(false, p, g, m, v, mx, st, lr, b1, b2, wd, eps, ams, maxi, gs, fi);
 }
 
 // sort and topk (ops.def: SORT, TOPK): a stable sort along dim; topk keeps
@@ -1330,6 +1372,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("nonzero", TORCH_FN(nonzero));
   m.impl("histc", TORCH_FN(histc));
   m.impl("sort.stable", TORCH_FN(sort_stable));
+  m.impl("_fused_adamw_", TORCH_FN(fused_adamw_));
+  m.impl("_fused_adam_", TORCH_FN(fused_adam_));
   m.impl("sort.values_stable", TORCH_FN(sort_values_stable));
   m.impl("topk", TORCH_FN(topk));
   m.impl("topk.values", TORCH_FN(topk_values));

@@ -1158,6 +1158,79 @@ static void adamw_params(tpu_params *p, double lr, double wd, int64_t step) {
     p->i[0] = step;
 }
 
+/* The fused optimizers' forms: step from a tensor, maximize, Adam's L2
+ * decay, a found_inf that skips the step; fast against the reference. */
+static void adam_variant_case(tpu_dtype dt, int maximize, int l2, double found) {
+    snprintf(case_desc, sizeof case_desc, "adam %s maximize %d l2 %d found_inf %g", tpu_dtype_name(dt), maximize, l2,
+             found);
+    int64_t sz[2] = {7, 45};
+    hten pf, mf, vf, g, pr, mr, vr, st, fi;
+    hmk(&pf, dt, 2, sz, L_PAD);
+    hfill(&pf, -1, 1);
+    hmk(&mf, dt, 2, sz, L_CONTIG);
+    hfill(&mf, -0.1, 0.1);
+    hmk(&vf, dt, 2, sz, L_CONTIG);
+    hfill(&vf, 0, 0.01);
+    hmk(&g, dt, 2, sz, L_PERM);
+    hfill(&g, -1, 1);
+    hclone(&pr, &pf);
+    hclone(&mr, &mf);
+    hclone(&vr, &vf);
+    hmk(&st, TPU_F32, 0, NULL, L_CONTIG);
+    hset(&st, 0, 3); /* the step count, from the tensor (the parameter says 1) */
+    hmk(&fi, TPU_F32, 0, NULL, L_CONTIG);
+    hset(&fi, 0, found);
+    tpu_params p;
+    adamw_params(&p, 1e-2, 0.1, 1);
+    p.i[2] = maximize;
+    p.i[3] = l2;
+    tpu_tensor ops[6] = {pf.t, mf.t, vf.t, g.t, st.t, fi.t};
+    CHECK(run(false, TPU_OP_ADAMW_STEP, ops, 6, &p, NULL) == TPU_OK);
+    tpu_tensor rops[6] = {pr.t, mr.t, vr.t, g.t, st.t, fi.t};
+    CHECK(run(true, TPU_OP_ADAMW_STEP, rops, 6, &p, NULL) == TPU_OK);
+    double e = tol(dt);
+    hcmp("adam param", &pf, &pr, e, e * 1e-3);
+    hcmp("adam exp_avg", &mf, &mr, e, e * 1e-3);
+    hcmp("adam exp_avg_sq", &vf, &vr, e, e * 1e-5);
+    if (found != 0) CHECK(memcmp(pf.mem, pr.mem, pf.bytes + 2 * GUARD) == 0); /* both untouched */
+    hten *all[] = {&pf, &mf, &vf, &g, &pr, &mr, &vr, &st, &fi};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) hfree(all[i]);
+}
+
+static void test_adam_variants(void) {
+    static const tpu_dtype dts[] = {TPU_F32, TPU_BF16, TPU_F64};
+    for (size_t d = 0; d < 3; d++)
+        for (int mx = 0; mx < 2; mx++)
+            for (int l2 = 0; l2 < 2; l2++) adam_variant_case(dts[d], mx, l2, 0);
+    adam_variant_case(TPU_F32, 0, 0, 1);
+    /* a skipped step leaves param, exp_avg and exp_avg_sq as they were */
+    snprintf(case_desc, sizeof case_desc, "adam found_inf skips");
+    int64_t n = 33;
+    hten pf, p0, mf, vf, g, st, fi;
+    hmk(&pf, TPU_F32, 1, &n, L_CONTIG);
+    hfill(&pf, -1, 1);
+    hclone(&p0, &pf);
+    hmk(&mf, TPU_F32, 1, &n, L_CONTIG);
+    hfill(&mf, 0, 0);
+    hmk(&vf, TPU_F32, 1, &n, L_CONTIG);
+    hfill(&vf, 0, 0);
+    hmk(&g, TPU_F32, 1, &n, L_CONTIG);
+    hfill(&g, -1, 1);
+    hmk(&st, TPU_F32, 0, NULL, L_CONTIG);
+    hset(&st, 0, 1);
+    hmk(&fi, TPU_F32, 0, NULL, L_CONTIG);
+    hset(&fi, 0, 1);
+    tpu_params p;
+    adamw_params(&p, 1e-2, 0.1, 1);
+    for (int ref = 0; ref < 2; ref++) {
+        tpu_tensor ops[6] = {pf.t, mf.t, vf.t, g.t, st.t, fi.t};
+        CHECK(run(ref, TPU_OP_ADAMW_STEP, ops, 6, &p, NULL) == TPU_OK);
+        CHECK(memcmp(pf.mem, p0.mem, pf.bytes + 2 * GUARD) == 0);
+    }
+    hten *all[] = {&pf, &p0, &mf, &vf, &g, &st, &fi};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) hfree(all[i]);
+}
+
 static void adamw_case(tpu_dtype dt, int ndim, const int64_t *sizes, int layout, double wd, int steps) {
     snprintf(case_desc, sizeof case_desc, "adamw %s ndim %d layout %d wd %g steps %d", tpu_dtype_name(dt), ndim, layout,
              wd, steps);
@@ -1425,6 +1498,7 @@ int main(void) {
     RUN_TEST(test_index_adv);
     RUN_TEST(test_histogram);
     RUN_TEST(test_sort);
+    RUN_TEST(test_adam_variants);
     RUN_TEST(test_adamw_hand);
     RUN_TEST(test_adamw);
     RUN_TEST(test_parallel_sizes);

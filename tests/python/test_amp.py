@@ -191,3 +191,53 @@ def test_checkpoint_matches_plain_backward(reentrant, autocast):
     assert torch.equal(y0.cpu(), y1.cpu())
     for a, b in zip(g0, g1):
         assert torch.equal(a.cpu(), b.cpu())
+
+
+@pytest.mark.parametrize("cls,kw", [(torch.optim.AdamW, {}), (torch.optim.Adam, dict(weight_decay=0.1)),
+                                    (torch.optim.AdamW, dict(maximize=True, weight_decay=0.05))])
+def test_fused_adam_matches_cpu_fused(cls, kw):
+    """fused=True (transformers' default optimizer): one native step per parameter, against CPU's fused kernel."""
+    import copy
+    torch.manual_seed(0)
+    ref = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 3))
+    model = copy.deepcopy(ref).to(D)
+    oc, ot = cls(ref.parameters(), lr=1e-2, fused=True, **kw), cls(model.parameters(), lr=1e-2, fused=True, **kw)
+    for _ in range(4):
+        x = torch.randn(4, 8)
+        for m, opt, dev in ((ref, oc, "cpu"), (model, ot, D)):
+            m(x.to(dev)).square().mean().backward()
+            opt.step()
+            opt.zero_grad()
+    for a, b in zip(model.parameters(), ref.parameters()):
+        assert_close(a.detach(), b.detach(), atol=1e-6, rtol=1e-5)
+
+
+def test_fused_adamw_with_grad_scaler_matches_cpu():
+    """GradScaler + fused AdamW: the grads are unscaled in the step, an overflowing step is skipped."""
+    import copy
+    torch.manual_seed(0)
+    ref = torch.nn.Linear(6, 3)
+    model = copy.deepcopy(ref).to(D)
+    run = {}
+    for dev, m in (("cpu", ref), (D, model)):
+        run[dev] = (torch.amp.GradScaler(dev, init_scale=8.0, growth_interval=2),
+                    torch.optim.AdamW(m.parameters(), lr=1e-2, fused=True))
+    xs = [torch.randn(4, 6) for _ in range(5)]
+    xs[1][0, 0] = float("inf")
+    for x in xs:
+        for dev, m in (("cpu", ref), (D, model)):
+            scaler, opt = run[dev]
+            scaler.scale(m(x.to(dev)).square().mean()).backward()
+            scaler.step(opt)
+            scaler.update()
+            opt.zero_grad()
+        assert run[D][0].get_scale() == run["cpu"][0].get_scale()
+    for a, b in zip(model.parameters(), ref.parameters()):
+        assert_close(a.detach(), b.detach(), atol=1e-6, rtol=1e-5)
+
+
+def test_fused_amsgrad_says_what_to_use():
+    p = torch.nn.Parameter(torch.randn(3, device=D))
+    p.grad = torch.randn(3, device=D)
+    with pytest.raises(NotImplementedError, match="fused=False"):
+        torch.optim.AdamW([p], amsgrad=True, fused=True).step()

@@ -1,8 +1,9 @@
-/* optim.c - fused optimizer steps: AdamW (torch.optim.AdamW, amsgrad=False,
- * maximize=False).
+/* optim.c - fused optimizer steps: AdamW and Adam (torch.optim.AdamW / Adam,
+ * amsgrad=False; torch._fused_adamw_ / _fused_adam_).
  *
  * Per element, in the order of PyTorch's single-tensor implementation:
- *   param *= 1 - lr*wd
+ *   grad = -grad if maximize; grad += wd*param if l2 (Adam)
+ *   param *= 1 - lr*wd  (AdamW; 1 for Adam)
  *   exp_avg = lerp(exp_avg, grad, 1 - beta1)
  *   exp_avg_sq = exp_avg_sq*beta2 + (1 - beta2)*grad*grad
  *   param += -(lr/bc1) * exp_avg / (sqrt(exp_avg_sq)/sqrt(bc2) + eps)
@@ -11,7 +12,9 @@
  * PyTorch's op order (results within 1 ulp: PyTorch's vectorized lerp fuses a
  * multiply-add); bf16/f16 state is rounded only when stored (one fused step,
  * like torch's fused=True, not one rounding per op); f64 computes in double.
- * amsgrad is not supported. */
+ * The step count comes from a parameter or a one-element step tensor (the
+ * fused optimizers keep it on the device); a nonzero found_inf (GradScaler)
+ * skips the step. amsgrad is not supported. */
 #include "kernels/kernels-impl.h"
 #include "kernels/tile-impl.h"
 #include <immintrin.h>
@@ -20,11 +23,13 @@
 #include <string.h>
 
 typedef struct adamw_c {
-    float decay, w, beta2, omb2, bc2s, eps, nstep;         /* float scalars */
-    double ddecay, dw, dbeta2, domb2, dbc2s, deps, dnstep; /* the same in double */
+    float decay, w, beta2, omb2, bc2s, eps, nstep, gsign, l2;           /* float scalars */
+    double ddecay, dw, dbeta2, domb2, dbc2s, deps, dnstep, dgsign, dl2; /* the same in double */
 } adamw_c;
 
 static inline void adamw_f(const adamw_c *c, float *p, float *m, float *v, float g) {
+    g *= c->gsign;
+    if (c->l2 != 0.0f) g = g + c->l2 * *p;
     float pp = *p * c->decay;
     float mm = *m;
     mm = c->w < 0.5f ? mm + c->w * (g - mm) : g - (g - mm) * (1.0f - c->w);
@@ -37,6 +42,8 @@ static inline void adamw_f(const adamw_c *c, float *p, float *m, float *v, float
 }
 
 static inline void adamw_d(const adamw_c *c, double *p, double *m, double *v, double g) {
+    g *= c->dgsign;
+    if (c->dl2 != 0.0) g = g + c->dl2 * *p;
     double pp = *p * c->ddecay;
     double mm = *m;
     mm = c->dw < 0.5 ? mm + c->dw * (g - mm) : g - (g - mm) * (1.0 - c->dw);
@@ -63,7 +70,8 @@ typedef struct adamw_ctx {
 #define ADAMW_AVX2 __attribute__((target("avx2"), always_inline)) static inline
 
 ADAMW_AVX2 void adamw_v8(const adamw_c *c, vf8 *p, vf8 *m, vf8 *v, const vf8 *g) {
-    vf8 gg = *g, mm = *m, vv = *v * c->beta2;
+    vf8 gg = *g * c->gsign, mm = *m, vv = *v * c->beta2;
+    if (c->l2 != 0.0f) gg = gg + c->l2 * *p;
     mm = c->w < 0.5f ? mm + c->w * (gg - mm) : gg - (gg - mm) * (1.0f - c->w);
     vv = vv + c->omb2 * gg * gg;
     vf8 den = (vf8)_mm256_sqrt_ps((__m256)vv) / c->bc2s + c->eps;
@@ -196,13 +204,20 @@ static bool adamw_contig(const tpu_tensor *t, const tpu_tensor *ref) {
 
 static tpu_status adamw_step(tpu_kargs *a) {
     const tpu_tensor *t = a->t;
-    if (a->n != 4) return tpu_kernel_fail(a, "adamw_step: %d operands, expected 4", a->n);
+    if (a->n < 4 || a->n > 6) return tpu_kernel_fail(a, "adamw_step: %d operands, expected 4 to 6", a->n);
     tpu_args_ADAMW_STEP q = tpu_unpack_ADAMW_STEP(&a->p);
     if (q.amsgrad != 0) {
         tpu_kernel_fail(a, "adamw_step: amsgrad is not supported");
         return TPU_ERROR_NOT_SUPPORTED;
     }
-    if (q.step < 1) return tpu_kernel_fail(a, "adamw_step: step must be >= 1, got %lld", (long long)q.step);
+    double step = (double)q.step;
+    for (int k = 4; k < a->n; k++)
+        if (t[k].is_scalar || tpu_tensor_numel(&t[k]) != 1)
+            return tpu_kernel_fail(a, "adamw_step: operand %d (%s) must be a one-element tensor", k,
+                                   k == 4 ? "step" : "found_inf");
+    if (a->n > 5 && tpu_load_f64(tpu_elem_ptr(&t[5], 0), (tpu_dtype)t[5].dtype) != 0.0) return TPU_OK; /* skipped */
+    if (a->n > 4) step = tpu_load_f64(tpu_elem_ptr(&t[4], 0), (tpu_dtype)t[4].dtype);
+    if (!(step >= 1)) return tpu_kernel_fail(a, "adamw_step: step must be >= 1, got %g", step);
     for (int k = 0; k < 4; k++) {
         if (t[k].is_scalar || !tpu_dtype_is_float((tpu_dtype)t[k].dtype) || t[k].ndim != t[0].ndim)
             return tpu_kernel_fail(a, "adamw_step: operand %d must be a floating tensor shaped like param", k);
@@ -212,12 +227,15 @@ static tpu_status adamw_step(tpu_kargs *a) {
                                        (long long)t[k].sizes[d], (long long)t[0].sizes[d], d);
     }
     double lr = q.lr, beta1 = q.beta1, beta2 = q.beta2, eps = q.eps, wd = q.weight_decay;
-    double step = (double)q.step;
     double bc1 = 1.0 - pow(beta1, step), bc2 = 1.0 - pow(beta2, step);
     adamw_ctx x;
     memset(&x, 0, sizeof x);
     x.a = a;
-    x.c.ddecay = 1.0 - lr * wd;
+    x.c.ddecay = q.l2 ? 1.0 : 1.0 - lr * wd;
+    x.c.dl2 = q.l2 ? wd : 0.0;
+    x.c.dgsign = q.maximize ? -1.0 : 1.0;
+    x.c.l2 = (float)x.c.dl2;
+    x.c.gsign = (float)x.c.dgsign;
     x.c.dw = 1.0 - beta1;
     x.c.dbeta2 = beta2;
     x.c.domb2 = 1.0 - beta2;

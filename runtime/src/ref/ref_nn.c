@@ -487,14 +487,21 @@ tpu_status tpu_ref_optim(tpu_kargs *a) {
         return TPU_ERROR_NOT_SUPPORTED;
     }
     const tpu_tensor *p = &a->t[0], *m = &a->t[1], *v = &a->t[2], *g = &a->t[3];
+    int64_t zero[TPU_MAX_DIMS] = {0};
+    if (a->n > 5 && ref_get(&a->t[5], zero) != 0.0) return TPU_OK; /* found_inf: skipped */
     double lr = q.lr, b1 = q.beta1, b2 = q.beta2, eps = q.eps, wd = q.weight_decay;
-    double step = (double)q.step;
+    double step = a->n > 4 ? ref_get(&a->t[4], zero) : (double)q.step;
+    if (!(step >= 1)) return tpu_kernel_fail(a, "adamw_step: step must be >= 1, got %g", step);
     double bc1 = 1.0 - pow(b1, step), bc2 = 1.0 - pow(b2, step);
     int64_t n = ref_numel(p), idx[TPU_MAX_DIMS];
     for (int64_t l = 0; l < n; l++) {
         ref_unravel(p, l, idx);
         double pv = ref_get(p, idx), mv = ref_get(m, idx), vv = ref_get(v, idx), gv = ref_get(g, idx);
-        pv *= 1.0 - lr * wd;
+        if (q.maximize) gv = -gv;
+        if (q.l2)
+            gv += wd * pv; /* Adam: L2 penalty in the gradient */
+        else
+            pv *= 1.0 - lr * wd; /* AdamW: decoupled decay */
         mv = mv + (1.0 - b1) * (gv - mv);
         vv = vv * b2 + (1.0 - b2) * gv * gv;
         pv -= lr / bc1 * mv / (sqrt(vv) / sqrt(bc2) + eps);
