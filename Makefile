@@ -23,7 +23,7 @@ all: build
 # ---- set-up: virtualenv with torch 2.13.0 (the CPU wheel on disk) and our package ----
 .venv/.ready: pyproject.toml setup.py
 	test -x $(PY) || python3 -m venv .venv
-	$(PIP) install -q torch==2.13.0 numpy pytest ninja "transformers>=5,<6" accelerate matplotlib clang-format==23.1.5
+	$(PIP) install -q torch==2.13.0 numpy pytest expecttest ninja "transformers>=5,<6" accelerate matplotlib clang-format==23.1.5
 	$(PIP) install -q --no-build-isolation --no-deps -e .
 	touch $@
 

@@ -942,20 +942,11 @@ static int64_t conv_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) 
   return (in + 2 * p - d * (k - 1) - 1) / s + 1;
 }
 
-// 3-d convolutions (and transposed ones whose output_padding reaches past
-// the stride) are not native yet: they run through the counted CPU fallback
-// (warned once, off with TORCH_TPU_CPU_FALLBACK=0). convolution_overrideable
-// has no CPU kernel for the boxed fallback to call, so the fallback calls
-// CPU's convolution here.
-static bool conv_native(const at::Tensor& input, const at::Tensor& weight, bool transposed, c10::IntArrayRef stride,
-                        c10::IntArrayRef output_padding) {
-  if (input.dim() != 3 && input.dim() != 4) return false;
-  if (!transposed) return true;
-  bool one_d = input.dim() == 3;  // a window fits the output exactly when output_padding < stride
-  for (size_t i = 0; i < (one_d ? 1u : 2u); i++)
-    if (at2(output_padding, i, 0) >= at2(stride, i, 1)) return false;
-  return true;
-}
+// 3-d convolutions are not native yet: they run through the counted CPU
+// fallback (warned once, off with TORCH_TPU_CPU_FALLBACK=0).
+// convolution_overrideable has no CPU kernel for the boxed fallback to call,
+// so the fallback calls CPU's convolution here.
+static bool conv_native(const at::Tensor& input) { return input.dim() == 3 || input.dim() == 4; }
 static at::Tensor convolution_fallback(const at::Tensor& input, const at::Tensor& weight,
                                        const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
                                        c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
@@ -971,15 +962,21 @@ static at::Tensor convolution_fallback(const at::Tensor& input, const at::Tensor
 // whose weight it shares (Cin, Cout/G, kh, kw). Forward, per group: the
 // columns W_g^T @ x_g folded into the output by COL2IM, then the bias.
 // Backward: dx = conv(dy, W) (IM2COL, GEMM); dW_g = sum over the batch of
-// x_g @ im2col(dy_g)^T; db = dy summed over batch and space.
+// x_g @ im2col(dy_g)^T; db = dy summed over batch and space. When
+// output_padding reaches the stride, the windows no longer tile the output:
+// COL2IM / IM2COL then work on the uncropped image (no padding; the output
+// is its window [padding, padding + size), zeros past its end).
 struct ConvT {
-  bool one_d;
-  at::Tensor x, w;  // 4-d views; x contiguous
+  bool one_d, direct;  // direct: output_padding < stride (the windows tile the output)
+  at::Tensor x, w;     // 4-d views; x contiguous
   int64_t N, Cin, H, W, G, Cig, Cog, kh, kw, K, L;
-  tpu_params p;
+  int64_t OH, OW;          // the output's size
+  int64_t FH, FW, ph, pw;  // the uncropped image's size; the padding
+  tpu_params p, p0;        // window parameters, and the same without padding
 };
 static ConvT convt_setup(const at::Tensor& input, const at::Tensor& weight, c10::IntArrayRef stride,
-                         c10::IntArrayRef padding, c10::IntArrayRef dilation, int64_t groups) {
+                         c10::IntArrayRef padding, c10::IntArrayRef dilation, c10::IntArrayRef output_padding,
+                         int64_t groups) {
   ConvT c;
   c.one_d = input.dim() == 3;
   c.x = (c.one_d ? input.unsqueeze(2) : input).contiguous();
@@ -991,22 +988,24 @@ static ConvT convt_setup(const at::Tensor& input, const at::Tensor& weight, c10:
   c.Cig = c.Cin / groups, c.Cog = c.w.size(1), c.kh = c.w.size(2), c.kw = c.w.size(3);
   c.K = c.Cog * c.kh * c.kw, c.L = c.H * c.W;
   c.p = win_params(c.kh, c.kw, stride, padding, dilation, c.one_d);
+  const tpu_args_IM2COL win = tpu_unpack_IM2COL(&c.p);
+  const int64_t sh = win.stride & 0xffff, sw = win.stride >> 16, dh = win.dilation & 0xffff, dw = win.dilation >> 16;
+  const int64_t oph = c.one_d ? 0 : at2(output_padding, 0, 0), opw = at2(output_padding, c.one_d ? 0 : 1, 0);
+  c.ph = win.padding & 0xffff, c.pw = win.padding >> 16;
+  c.FH = (c.H - 1) * sh + dh * (c.kh - 1) + 1, c.FW = (c.W - 1) * sw + dw * (c.kw - 1) + 1;
+  c.OH = c.FH - 2 * c.ph + oph, c.OW = c.FW - 2 * c.pw + opw;
+  c.direct = oph < sh && opw < sw;
+  c.p0 = TPU_PARAMS(IM2COL, .kernel = win.kernel, .stride = win.stride, .padding = 0, .dilation = win.dilation);
   return c;
 }
 static at::Tensor conv_transpose(const at::Tensor& input, const at::Tensor& weight,
                                  const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
                                  c10::IntArrayRef padding, c10::IntArrayRef dilation, c10::IntArrayRef output_padding,
                                  int64_t groups) {
-  ConvT c = convt_setup(input, weight, stride, padding, dilation, groups);
-  const tpu_args_IM2COL win = tpu_unpack_IM2COL(&c.p);
-  const int64_t sh = win.stride & 0xffff, sw = win.stride >> 16, ph = win.padding & 0xffff, pw = win.padding >> 16;
-  const int64_t dh = win.dilation & 0xffff, dw = win.dilation >> 16;
-  const int64_t oph = c.one_d ? 0 : at2(output_padding, 0, 0), opw = at2(output_padding, c.one_d ? 0 : 1, 0);
-  const int64_t OH = (c.H - 1) * sh - 2 * ph + dh * (c.kh - 1) + oph + 1;
-  const int64_t OW = (c.W - 1) * sw - 2 * pw + dw * (c.kw - 1) + opw + 1;
-  TORCH_CHECK(OH > 0 && OW > 0, "Given input size per channel: (", c.H, " x ", c.W,
-              "). Calculated output size per channel: (", OH, " x ", OW, "). Output size is too small");
-  at::Tensor out = at::empty({c.N, c.Cog * c.G, OH, OW}, c.x.options());
+  ConvT c = convt_setup(input, weight, stride, padding, dilation, output_padding, groups);
+  TORCH_CHECK(c.OH > 0 && c.OW > 0, "Given input size per channel: (", c.H, " x ", c.W,
+              "). Calculated output size per channel: (", c.OH, " x ", c.OW, "). Output size is too small");
+  at::Tensor out = at::empty({c.N, c.Cog * c.G, c.direct ? c.OH : c.FH, c.direct ? c.OW : c.FW}, c.x.options());
   at::Tensor cols = at::empty({c.N, c.K, c.L}, c.x.options());
   at::Tensor wm = c.w.reshape({c.Cin, c.K});
   for (int64_t g = 0; g < c.G; g++) {
@@ -1015,26 +1014,41 @@ static at::Tensor conv_transpose(const at::Tensor& input, const at::Tensor& weig
          as3(xg, c.N, c.Cig, c.L, xg.stride(0), xg.stride(1), 1), nullptr, {}, 1.0, 0.0);
     at::Tensor og = out.narrow(1, g * c.Cog, c.Cog);
     tpu_tensor ts[2] = {desc(og), desc(cols)};
-    submit(TPU_OP_COL2IM, ts, 2, c.p);
+    submit(TPU_OP_COL2IM, ts, 2, c.direct ? c.p : c.p0);
+  }
+  if (!c.direct) {  // the output: the uncropped image's window at the padding, zeros past its end
+    at::Tensor full = out;
+    out = at::zeros({c.N, c.Cog * c.G, c.OH, c.OW}, c.x.options());
+    int64_t rows = std::min(c.OH, c.FH - c.ph), colsn = std::min(c.OW, c.FW - c.pw);
+    if (rows > 0 && colsn > 0)
+      out.narrow(2, 0, rows).narrow(3, 0, colsn).copy_(full.narrow(2, c.ph, rows).narrow(3, c.pw, colsn));
   }
   if (bias.has_value() && bias->defined()) out.add_(bias->view({1, -1, 1, 1}));
   return c.one_d ? out.squeeze(2) : out;
 }
 static std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose_backward(
     const at::Tensor& grad, const at::Tensor& input, const at::Tensor& weight, c10::IntArrayRef stride,
-    c10::IntArrayRef padding, c10::IntArrayRef dilation, int64_t groups, std::array<bool, 3> mask) {
-  ConvT c = convt_setup(input, weight, stride, padding, dilation, groups);
-  at::Tensor gy = (c.one_d ? grad.unsqueeze(2) : grad).contiguous();
+    c10::IntArrayRef padding, c10::IntArrayRef dilation, c10::IntArrayRef output_padding, int64_t groups,
+    std::array<bool, 3> mask) {
+  ConvT c = convt_setup(input, weight, stride, padding, dilation, output_padding, groups);
+  at::Tensor gy = (c.one_d ? grad.unsqueeze(2) : grad).contiguous(), gyo = gy;
+  if (!c.direct) {  // dy placed in the uncropped image
+    at::Tensor full = at::zeros({c.N, c.Cog * c.G, c.FH, c.FW}, gy.options());
+    int64_t rows = std::min(c.OH, c.FH - c.ph), colsn = std::min(c.OW, c.FW - c.pw);
+    if (rows > 0 && colsn > 0)
+      full.narrow(2, c.ph, rows).narrow(3, c.pw, colsn).copy_(gy.narrow(2, 0, rows).narrow(3, 0, colsn));
+    gy = full;
+  }
   at::Tensor gx, gw, gb;
   if (mask[0]) gx = at::empty(c.x.sizes(), c.x.options());
   if (mask[1]) gw = at::empty({c.Cin, c.K}, c.w.options());
-  if (mask[2]) gb = gy.sum({0, 2, 3});
+  if (mask[2]) gb = gyo.sum({0, 2, 3});
   at::Tensor wm = c.w.reshape({c.Cin, c.K});
   at::Tensor cols = at::empty({c.N, c.K, c.L}, c.x.options());
   for (int64_t g = 0; (mask[0] || mask[1]) && g < c.G; g++) {
     at::Tensor gyg = gy.narrow(1, g * c.Cog, c.Cog);
     tpu_tensor ts[2] = {desc(cols), desc(gyg)};
-    submit(TPU_OP_IM2COL, ts, 2, c.p);  // windows of dy: (N, Cog*kh*kw, H*W)
+    submit(TPU_OP_IM2COL, ts, 2, c.direct ? c.p : c.p0);  // windows of dy: (N, Cog*kh*kw, H*W)
     at::Tensor wg = wm.narrow(0, g * c.Cig, c.Cig);
     if (mask[0]) {
       at::Tensor gxg = gx.narrow(1, g * c.Cig, c.Cig);
@@ -1060,7 +1074,7 @@ static at::Tensor convolution(const at::Tensor& input_, const at::Tensor& weight
                               const std::optional<at::Tensor>& bias, c10::IntArrayRef stride, c10::IntArrayRef padding,
                               c10::IntArrayRef dilation, bool transposed, c10::IntArrayRef output_padding,
                               int64_t groups) {
-  if (!conv_native(input_, weight_, transposed, stride, output_padding))
+  if (!conv_native(input_))
     return convolution_fallback(input_, weight_, bias, stride, padding, dilation, transposed, output_padding, groups);
   if (transposed) return conv_transpose(input_, weight_, bias, stride, padding, dilation, output_padding, groups);
   const bool one_d = input_.dim() == 3;
@@ -1100,7 +1114,7 @@ static std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(
     const at::Tensor& grad_, const at::Tensor& input_, const at::Tensor& weight_, c10::IntArrayRef stride,
     c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed, c10::IntArrayRef output_padding,
     int64_t groups, std::array<bool, 3> mask) {
-  if (!conv_native(input_, weight_, transposed, stride, output_padding)) {
+  if (!conv_native(input_)) {
     note_cpu_fallback("aten::convolution_backward_overrideable");
     std::vector<int64_t> bias_sizes{weight_.size(transposed ? 1 : 0) * (transposed ? groups : 1)};
     auto [gi, gw, gb] = at::convolution_backward(grad_.cpu(), input_.cpu(), weight_.cpu(),
@@ -1109,7 +1123,8 @@ static std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(
     auto back = [&](const at::Tensor& t) { return t.defined() ? t.to(input_.device()) : t; };
     return {back(gi), back(gw), back(gb)};
   }
-  if (transposed) return conv_transpose_backward(grad_, input_, weight_, stride, padding, dilation, groups, mask);
+  if (transposed)
+    return conv_transpose_backward(grad_, input_, weight_, stride, padding, dilation, output_padding, groups, mask);
   const bool one_d = input_.dim() == 3;
   at::Tensor x = one_d ? input_.unsqueeze(2) : input_, w = one_d ? weight_.unsqueeze(2) : weight_;
   at::Tensor gy = (one_d ? grad_.unsqueeze(2) : grad_).contiguous();

@@ -156,6 +156,13 @@ static at::Tensor& ew_out(tpu_op op, at::Tensor& out, std::initializer_list<at::
   }
 TPU_UNARY_FLOAT_OPS(UNARY_FLOAT)
 TPU_UNARY_SAME_OPS(UNARY_SAME)
+// hardswish is not a structured op: its functional and in-place forms do
+// not reach the .out kernel on their own.
+static at::Tensor tpu_hardswish(const at::Tensor& self) {
+  at::Tensor out = at::empty({0}, self.options());
+  return at::tpu::hardswish_out(self, out);
+}
+static at::Tensor& tpu_hardswish_(at::Tensor& self) { return at::tpu::hardswish_out(self, self); }
 #undef UNARY_FLOAT
 #undef UNARY_SAME
 
@@ -712,6 +719,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 #define ROW(fn, OP) m.impl(#fn ".out", TORCH_FN(fn##_out));
   TPU_UNARY_FLOAT_OPS(ROW)
   TPU_UNARY_SAME_OPS(ROW)
+  m.impl("hardswish", TORCH_FN(tpu_hardswish));
+  m.impl("hardswish_", TORCH_FN(tpu_hardswish_));
 #undef ROW
   m.impl("logical_not.out", TORCH_FN(logical_not_out));
   m.impl("gelu.out", TORCH_FN(gelu_out));

@@ -19,6 +19,17 @@ csrc/ and out of this table.
 - ``_amp_foreach_non_finite_check_and_unscale_`` and ``_amp_update_scale_``
   (GradScaler): written here with CUDA's semantics and checks, from native
   ops, without a host sync (PyTorch has no decomposition for them).
+- PyTorch's own decompositions into ops that are native here (each checked
+  against the CPU on OpInfo's samples, forward and backward, with the CPU
+  fallback off): ``glu``, ``prelu``, nearest / bilinear / bicubic / trilinear
+  upsampling, ``im2col`` / ``col2im`` (``F.unfold`` / ``F.fold``), reflection
+  padding, ``max_unpool2d``, ``unfold_backward``, ``index_copy`` (a static
+  KV cache's update), ``grid_sampler_2d`` (differentiated through its
+  decomposition, as are the upsampling ops, which have no autograd formula of
+  their own here), ``eye``, ``logspace``, ``roll``, ``bucketize``, ``index_fill``,
+  ``hardswish_backward``, ``binary_cross_entropy`` (+ backward; the input's
+  [0, 1] range is checked as the CPU checks it, which costs a host read).
+- ``unfold`` (``Tensor.unfold``): a view (as_strided), as on the CPU.
 - ``isin``: each element compared with every test element (in chunks of
   elements, so memory stays bounded), as PyTorch's default algorithm does.
 - ``multinomial``: the exponential race (Gumbel-max): sample j is the
@@ -115,6 +126,32 @@ def _amp_update_scale(scale, growth_tracker, found_inf, growth_factor, backoff_f
     return scale
 
 
+def _bce(x, target, weight=None, reduction=1):
+    if torch.logical_or(x < 0, x > 1).any().item():
+        raise RuntimeError("all elements of input should be between 0 and 1")
+    return decomposition_table[_aten.binary_cross_entropy.default](x, target, weight, reduction)
+
+
+def _unfold(x, dim, size, step):
+    """Tensor.unfold as the view it is: windows of `size` every `step` along dim, as a new last dim."""
+    nd = x.dim()
+    d = dim + nd if dim < 0 else dim
+    if not (0 <= d < max(nd, 1)):
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-max(nd, 1)}, {max(nd, 1) - 1}], "
+                         f"but got {dim})")
+    n = x.size(d) if nd else 1
+    if size > n:
+        raise RuntimeError(f"maximum size for tensor at dimension {d} is {n} but size is {size}")
+    if step <= 0:
+        raise RuntimeError(f"step is {step} but must be > 0")
+    if nd == 0:
+        return x.as_strided([size], [1], x.storage_offset())
+    sizes, strides = list(x.shape), list(x.stride())
+    sizes[d] = (n - size) // step + 1
+    strides[d] = x.stride(d) * step
+    return x.as_strided(sizes + [size], strides + [x.stride(d)], x.storage_offset())
+
+
 _ISIN_CHUNK = 1 << 22   # elements x test elements compared at once
 
 
@@ -187,7 +224,62 @@ _ROWS = [
     ("isin", "Tensor_Scalar", _isin),
     ("isin", "Scalar_Tensor", _isin),
     ("multinomial", "default", _multinomial),
+    ("unfold", "default", _unfold),
+    ("unfold_backward", "default", None),
+    ("index_copy", "default", None),
+    ("index_copy_", "default", None),
+    ("index_fill", "int_Tensor", None),
+    ("index_fill_", "int_Tensor", None),
+    ("binary_cross_entropy", "default", _bce),
+    ("binary_cross_entropy_backward", "default", None),
+    ("glu", "default", None),
+    ("glu_backward", "default", None),
+    ("_prelu_kernel", "default", None),
+    ("_prelu_kernel_backward", "default", None),
+    ("upsample_nearest1d", "default", None),
+    ("upsample_nearest1d", "vec", None),
+    ("upsample_nearest2d", "default", None),
+    ("upsample_nearest2d", "vec", None),
+    ("upsample_nearest3d", "default", None),
+    ("upsample_nearest3d", "vec", None),
+    ("_upsample_nearest_exact1d", "default", None),
+    ("_upsample_nearest_exact2d", "default", None),
+    ("_upsample_nearest_exact2d", "vec", None),
+    ("upsample_bilinear2d", "default", None),
+    ("upsample_bilinear2d", "vec", None),
+    ("upsample_bicubic2d", "default", None),
+    ("upsample_bicubic2d", "vec", None),
+    ("upsample_trilinear3d", "default", None),
+    ("upsample_trilinear3d", "vec", None),
+    ("im2col", "default", None),
+    ("col2im", "default", None),
+    ("reflection_pad1d", "default", None),
+    ("reflection_pad2d", "default", None),
+    ("reflection_pad3d", "default", None),
+    ("reflection_pad1d_backward", "default", None),
+    ("reflection_pad2d_backward", "default", None),
+    ("reflection_pad3d_backward", "default", None),
+    ("max_unpool2d", "default", None),
+    ("grid_sampler_2d", "default", None),
+    ("eye", "default", None),
+    ("eye", "m", None),
+    ("logspace", "default", None),
+    ("roll", "default", None),
+    ("bucketize", "Tensor", None),
+    ("index_fill", "int_Scalar", None),
+    ("index_fill_", "int_Scalar", None),
+    ("hardswish_backward", "default", None),
 ]
+
+
+# Ops whose overload has no autograd formula of its own in PyTorch (the
+# upsampling ones) or whose backward has no native kernel (grid_sampler_2d):
+# their decomposition is registered at the autograd level too, so autograd
+# differentiates the native ops it is made of (as CompositeImplicitAutograd
+# would for this device).
+_AUTOGRAD_LEVEL = {"upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "_upsample_nearest_exact1d",
+                   "_upsample_nearest_exact2d", "upsample_bilinear2d", "upsample_bicubic2d", "upsample_trilinear3d",
+                   "grid_sampler_2d"}
 
 
 def _register():
@@ -198,6 +290,8 @@ def _register():
     lib = torch.library.Library("aten", "IMPL")
     for name, overload, fn in _ROWS:
         op = getattr(getattr(_aten, name), overload)
-        lib.impl(name if overload == "default" else f"{name}.{overload}", fn or decomposition_table[op],
-                 "PrivateUse1")
+        full = name if overload == "default" else f"{name}.{overload}"
+        keys = ("PrivateUse1", "AutogradPrivateUse1") if name in _AUTOGRAD_LEVEL else ("PrivateUse1",)
+        for key in keys:
+            lib.impl(full, fn or decomposition_table[op], key)
     _lib = lib

@@ -265,9 +265,6 @@ def test_empty_index_of_any_integer_dtype():
 CONVS = [
     ("conv3d", lambda x, w, b: F.conv3d(x, w, b, stride=1, padding=1), (1, 2, 4, 5, 6), (3, 2, 3, 3, 3)),
     ("conv_transpose3d", lambda x, w, b: F.conv_transpose3d(x, w, b, stride=2), (1, 2, 3, 3, 3), (2, 3, 2, 2, 2)),
-    # output_padding past the stride (allowed below the dilation): not native yet
-    ("conv_transpose2d_wide_output_padding",
-     lambda x, w, b: F.conv_transpose2d(x, w, b, stride=1, dilation=3, output_padding=2), (1, 3, 4, 4), (3, 2, 2, 2)),
 ]
 
 

@@ -450,6 +450,8 @@ def test_conv2d(cfg):
     dict(stride=3, padding=0, output_padding=2, groups=2, dilation=1),
     dict(stride=(2, 1), padding=(1, 0), output_padding=(1, 0), groups=1, dilation=(1, 2)),
     dict(stride=1, padding=1, output_padding=0, groups=3, dilation=2),
+    dict(stride=(3, 2), padding=(1, 2), output_padding=(2, 3), groups=2, dilation=(4, 4)),  # output_padding >= stride
+    dict(stride=1, padding=0, output_padding=2, groups=1, dilation=3),
 ])
 def test_conv_transpose_native(cfg):
     """Transposed convolution (1-d and 2-d), forward and all three gradients, with no CPU fallback."""
