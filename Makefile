@@ -16,7 +16,8 @@ SAN     := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-om
 TSAN    := -O1 -g -fsanitize=thread
 C_TESTS := $(patsubst tests/c/%.c,%,$(wildcard tests/c/test_*.c))
 
-.PHONY: all setup build runtime ctest-bins ctest ctest-tsan pytest test run bench fuzz lint format-check format clean
+.PHONY: all setup build runtime ctest-bins ctest ctest-tsan pytest test run bench fuzz lint format-check format clean \
+	conformance-models
 
 all: build
 
@@ -81,6 +82,13 @@ FUSED_FUZZ_PROGRAMS ?= 3400
 fuzz: build/ctest/test_bounds build
 	TPU_FUZZ_CASES=$(FUZZ_CASES) build/ctest/test_bounds
 	TPU_FUSED_FUZZ_PROGRAMS=$(FUSED_FUZZ_PROGRAMS) $(PY) -m pytest -q tests/python/test_fused_fuzz.py
+
+# The transformers sweep: every architecture built offline from its shrunk config,
+# forward and backward on tpu vs CPU, CPU fallbacks counted (tests/conformance/models.py;
+# CONFORMANCE_ARGS e.g. "--only llama,bert" or "--limit 50"; about an hour for all).
+CONFORMANCE_ARGS ?=
+conformance-models: build
+	$(PY) tests/conformance/models.py --json build/conformance-models.json $(CONFORMANCE_ARGS)
 
 # Floors of runtime/src (base -> ref -> kernels -> vtpu): no include and no
 # linked call reaches up a floor (tools/lint_floors.py; needs the objects).

@@ -27,7 +27,12 @@ csrc/ and out of this table.
   KV cache's update), ``grid_sampler_2d`` (differentiated through its
   decomposition, as are the upsampling ops, which have no autograd formula of
   their own here), ``eye``, ``logspace``, ``roll``, ``bucketize``, ``index_fill``,
-  ``hardswish_backward``, ``binary_cross_entropy`` (+ backward; the input's
+  ``hardswish_backward``, ``flip``, replication padding, linear upsampling,
+  adaptive average pooling (the cases that reduce to means; others call
+  ``avg_pool2d``, which still falls back), ``diag_embed``, ``trace``,
+  ``std_mean``, ``aminmax``, ``tril_indices`` / ``triu_indices``, pixel and
+  channel shuffles, ``soft_margin_loss``, ``special.xlog1py``, ``sgn`` (real
+  dtypes: the sign), ``binary_cross_entropy`` (+ backward; the input's
   [0, 1] range is checked as the CPU checks it, which costs a host read).
 - ``unfold`` (``Tensor.unfold``): a view (as_strided), as on the CPU.
 - ``isin``: each element compared with every test element (in chunks of
@@ -124,6 +129,33 @@ def _amp_update_scale(scale, growth_tracker, found_inf, growth_factor, backoff_f
     scale.copy_(new_scale)
     growth_tracker.copy_(new_tracker)
     return scale
+
+
+def _flip(x, dims):
+    """flip: one index_select per flipped dim (PyTorch's decomposition calls flip itself)."""
+    nd = max(x.dim(), 1)
+    ds = []
+    for d in dims:
+        if not -nd <= d < nd:
+            raise IndexError(f"Dimension out of range (expected to be in range of [{-nd}, {nd - 1}], but got {d})")
+        d = d + nd if d < 0 else d
+        if d in ds:
+            raise RuntimeError(f"dim {d} appears multiple times in the list of dims")
+        ds.append(d)
+    out = torch.empty_like(x)   # laid out as x (as the CPU's flip)
+    y = x
+    for d in ds if x.dim() else []:
+        y = y.index_select(d, torch.arange(x.size(d) - 1, -1, -1, device=x.device))
+    return out.copy_(y)
+
+
+def _sgn(x):
+    """sgn of a real tensor is its sign (complex tensors are not supported here yet)."""
+    return torch.sign(x)
+
+
+def _sgn_out(x, *, out):
+    return torch.sign(x, out=out)
 
 
 def _bce(x, target, weight=None, reduction=1):
@@ -269,15 +301,37 @@ _ROWS = [
     ("index_fill", "int_Scalar", None),
     ("index_fill_", "int_Scalar", None),
     ("hardswish_backward", "default", None),
+    ("flip", "default", _flip),
+    ("diag_embed", "default", None),
+    ("std_mean", "correction", None),
+    ("aminmax", "default", None),
+    ("replication_pad1d", "default", None),
+    ("replication_pad2d", "default", None),
+    ("replication_pad3d", "default", None),
+    ("upsample_linear1d", "default", None),
+    ("_adaptive_avg_pool2d", "default", None),
+    ("soft_margin_loss", "default", None),
+    ("trace", "default", None),
+    ("tril_indices", "default", None),
+    ("triu_indices", "default", None),
+    ("pixel_shuffle", "default", None),
+    ("pixel_unshuffle", "default", None),
+    ("channel_shuffle", "default", None),
+    ("special_xlog1py", "default", None),
+    ("sgn", "default", _sgn),
+    ("sgn", "out", _sgn_out),
 ]
 
 
 # Ops whose overload has no autograd formula of its own in PyTorch (the
-# upsampling ones) or whose backward has no native kernel (grid_sampler_2d):
+# upsampling ones) or whose backward has no native kernel (grid_sampler_2d,
+# replication padding, adaptive average pooling, linear upsampling; sgn's
+# needs a ZeroTensor):
 # their decomposition is registered at the autograd level too, so autograd
 # differentiates the native ops it is made of (as CompositeImplicitAutograd
 # would for this device).
-_AUTOGRAD_LEVEL = {"upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "_upsample_nearest_exact1d",
+_AUTOGRAD_LEVEL = {"sgn", "replication_pad1d", "replication_pad2d", "replication_pad3d", "upsample_linear1d",
+                   "_adaptive_avg_pool2d", "upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "_upsample_nearest_exact1d",
                    "_upsample_nearest_exact2d", "upsample_bilinear2d", "upsample_bicubic2d", "upsample_trilinear3d",
                    "grid_sampler_2d"}
 
@@ -291,7 +345,8 @@ def _register():
     for name, overload, fn in _ROWS:
         op = getattr(getattr(_aten, name), overload)
         full = name if overload == "default" else f"{name}.{overload}"
-        keys = ("PrivateUse1", "AutogradPrivateUse1") if name in _AUTOGRAD_LEVEL else ("PrivateUse1",)
+        keys = ("PrivateUse1", "AutogradPrivateUse1") if name in _AUTOGRAD_LEVEL and overload != "out" \
+            else ("PrivateUse1",)
         for key in keys:
             lib.impl(full, fn or decomposition_table[op], key)
     _lib = lib

@@ -13,10 +13,13 @@ NAMES = [
     "nn.functional.max_unpool2d", "nn.functional.binary_cross_entropy", "nn.functional.hardswish", "eye", "logspace",
     "roll", "bucketize", "index_copy", "unfold", "sort", "argsort", "topk", "nonzero", "argwhere", "histc", "bincount",
     "isin", "floor_divide", "scatter", "index_put", "take_along_dim", "nn.functional.logsigmoid",
-    "nn.functional.conv_transpose1d", "nn.functional.conv_transpose2d", "nn.functional.group_norm",
+    "nn.functional.conv_transpose1d", "nn.functional.conv_transpose2d", "nn.functional.group_norm", "flip",
+    "diag_embed", "trace", "std_mean", "aminmax", "tril_indices", "triu_indices", "nn.functional.pixel_shuffle",
+    "nn.functional.pixel_unshuffle", "nn.functional.channel_shuffle", "nn.functional.soft_margin_loss",
+    "special.xlog1py", "sgn", "nn.functional.grid_sample",
 ]
-VARIANTS = {("nn.functional.interpolate", v) for v in ("nearest", "bilinear", "bicubic")} | \
-    {("nn.functional.pad", v) for v in ("reflect", "constant", "circular")}
+VARIANTS = {("nn.functional.interpolate", v) for v in ("nearest", "bilinear", "bicubic", "linear", "trilinear")} | \
+    {("nn.functional.pad", v) for v in ("reflect", "constant", "circular", "replicate")}
 
 
 def _infos():
