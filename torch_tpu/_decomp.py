@@ -32,7 +32,9 @@ csrc/ and out of this table.
   ``avg_pool2d``, which still falls back), ``diag_embed``, ``trace``,
   ``std_mean``, ``aminmax``, ``tril_indices`` / ``triu_indices``, pixel and
   channel shuffles, ``soft_margin_loss``, ``special.xlog1py``, ``sgn`` (real
-  dtypes: the sign), ``binary_cross_entropy`` (+ backward; the input's
+  dtypes: the sign), ``repeat_interleave`` with a tensor of repeats (its length
+  read back first), ``equal`` (a host read, as its bool result needs),
+  ``binary_cross_entropy`` (+ backward; the input's
   [0, 1] range is checked as the CPU checks it, which costs a host read).
 - ``unfold`` (``Tensor.unfold``): a view (as_strided), as on the CPU.
 - ``isin``: each element compared with every test element (in chunks of
@@ -147,6 +149,31 @@ def _flip(x, dims):
     for d in ds if x.dim() else []:
         y = y.index_select(d, torch.arange(x.size(d) - 1, -1, -1, device=x.device))
     return out.copy_(y)
+
+
+def _repeat_interleave(repeats, *, output_size=None):
+    """repeat_interleave(repeats): index i repeated repeats[i] times, as bucketize(arange(total), cumsum)."""
+    if repeats.dim() != 1:
+        raise RuntimeError("repeat_interleave only accept 1D vector as repeat")
+    if repeats.dtype not in (torch.int32, torch.int64):
+        raise NotImplementedError(f'"repeat_interleave_cpu" not implemented for \'{str(repeats.dtype)[6:].capitalize()}\'')
+    ends = torch.cumsum(repeats, 0)
+    if repeats.numel() == 0:
+        total = 0
+    else:
+        lo, last = torch.stack([repeats.min(), ends[-1]]).tolist()   # one host read
+        if lo < 0:
+            raise RuntimeError("repeats can not be negative")
+        total = last if output_size is None else output_size
+    pos = torch.arange(total, device=repeats.device, dtype=repeats.dtype)
+    return torch.bucketize(pos, ends, right=True, out_int32=repeats.dtype == torch.int32)
+
+
+def _equal(a, b):
+    """torch.equal: same shape and every element equal (NaN is not; dtypes promote, as on the CPU)."""
+    if a.shape != b.shape:
+        return False
+    return bool(torch.eq(a, b).all().item())
 
 
 def _sgn(x):
@@ -319,6 +346,8 @@ _ROWS = [
     ("channel_shuffle", "default", None),
     ("special_xlog1py", "default", None),
     ("sgn", "default", _sgn),
+    ("repeat_interleave", "Tensor", _repeat_interleave),
+    ("equal", "default", _equal),
     ("sgn", "out", _sgn_out),
 ]
 

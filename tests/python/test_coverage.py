@@ -112,3 +112,29 @@ def test_generate_has_no_fallback():
         mt.generate(ids.to(D), do_sample=True, top_k=20, top_p=0.9, temperature=0.8, **kw)
         mt.generate(ids.to(D), num_beams=3, **kw)
     assert torch_tpu.fallback_counts() == {}
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+def test_repeat_interleave_matches_cpu(dtype):
+    r = torch.tensor([2, 0, 3, 1], dtype=dtype)
+    assert_close(torch.repeat_interleave(r.to(D)), torch.repeat_interleave(r))
+    x = torch.randn(4, 3)
+    assert_close(torch.repeat_interleave(x.to(D), r.to(D), dim=0), torch.repeat_interleave(x, r, dim=0))
+    assert_close(torch.repeat_interleave(x.to(D), 2, dim=1), torch.repeat_interleave(x, 2, dim=1))
+    assert_close(torch.repeat_interleave(torch.tensor([], dtype=dtype).to(D)), torch.repeat_interleave(
+        torch.tensor([], dtype=dtype)))
+    for bad in (torch.tensor([[1]]), torch.tensor([-1, 2])):
+        with pytest.raises(RuntimeError) as cpu:
+            torch.repeat_interleave(bad)
+        with pytest.raises(RuntimeError) as ours:
+            torch.repeat_interleave(bad.to(D))
+        assert str(ours.value).splitlines()[0] == str(cpu.value).splitlines()[0]
+
+
+def test_equal_matches_cpu():
+    a = torch.randn(3, 4)
+    cases = [(a, a.clone()), (a, a + 1), (a, a.t()), (torch.tensor([1]), torch.tensor([1.0])),
+             (torch.tensor([float("nan")]), torch.tensor([float("nan")])), (a[:, :1].expand(3, 4), a[:, :1].repeat(1, 4)),
+             (torch.zeros(0), torch.zeros(0))]
+    for x, y in cases:
+        assert torch.equal(x.to(D), y.to(D)) == torch.equal(x, y)

@@ -59,7 +59,7 @@ def _program(seed):
         elif k < 0.56:
             pool.append(a.to(rng.choice(DTYPES)))
         elif k < 0.62:                                    # views
-            v = rng.choice([lambda t: t[::2], lambda t: t[:, 1:], lambda t: t.flip(0) * 1,  # flip: a CPU fallback
+            v = rng.choice([lambda t: t[::2], lambda t: t[:, 1:], lambda t: t.flip(0) * 1,  # flip: index_selects
                             lambda t: t.t().contiguous().t()])
             pool.append(v(a))
         elif k < 0.70:                                    # in place, maybe on a view
