@@ -34,8 +34,10 @@ csrc/ and out of this table.
   channel shuffles, ``soft_margin_loss``, ``special.xlog1py``, ``sgn`` (real
   dtypes: the sign), ``repeat_interleave`` with a tensor of repeats (its length
   read back first), ``equal`` (a host read, as its bool result needs),
-  ``binary_cross_entropy`` (+ backward; the input's
-  [0, 1] range is checked as the CPU checks it, which costs a host read).
+  ``binary_cross_entropy`` (+ backward; the input's [0, 1] range is checked as
+  the CPU checks it, which costs a host read).
+- ``_fused_sgd_`` (SGD ``fused=True``): CUDA's order of operations from native
+  ops; a set found_inf keeps parameters and buffers as they were.
 - ``unfold`` (``Tensor.unfold``): a view (as_strided), as on the CPU.
 - ``isin``: each element compared with every test element (in chunks of
   elements, so memory stays bounded), as PyTorch's default algorithm does.
@@ -174,6 +176,29 @@ def _equal(a, b):
     if a.shape != b.shape:
         return False
     return bool(torch.eq(a, b).all().item())
+
+
+def _fused_sgd(params, grads, momentum_buffer_list, *, weight_decay, momentum, lr, dampening, nesterov, maximize,
+               is_first_step, grad_scale=None, found_inf=None):
+    """torch._fused_sgd_ (SGD fused=True) in CUDA's order, from native ops; a set found_inf keeps everything as
+    it was (chosen on the device: no host sync)."""
+    skip = None if found_inf is None else found_inf.reshape(()).ne(0)
+
+    def keep(old, new):
+        return old.copy_(new if skip is None else torch.where(skip, old, new))
+
+    for i, (p, g) in enumerate(zip(params, grads)):
+        if grad_scale is not None:
+            keep(g, g / grad_scale.reshape(()))
+        d = torch.neg(g) if maximize else g
+        if weight_decay != 0:
+            d = d + weight_decay * p
+        if momentum != 0:
+            buf = momentum_buffer_list[i]
+            nb = d if is_first_step else buf * momentum + (1 - dampening) * d
+            keep(buf, nb)
+            d = d + momentum * nb if nesterov else nb
+        keep(p, p - lr * d)
 
 
 def _sgn(x):
@@ -348,6 +373,7 @@ _ROWS = [
     ("sgn", "default", _sgn),
     ("repeat_interleave", "Tensor", _repeat_interleave),
     ("equal", "default", _equal),
+    ("_fused_sgd_", "default", _fused_sgd),
     ("sgn", "out", _sgn_out),
 ]
 

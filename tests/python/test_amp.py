@@ -241,3 +241,22 @@ def test_fused_amsgrad_says_what_to_use():
     p.grad = torch.randn(3, device=D)
     with pytest.raises(NotImplementedError, match="fused=False"):
         torch.optim.AdamW([p], amsgrad=True, fused=True).step()
+
+
+@pytest.mark.parametrize("kw", [dict(momentum=0.9), dict(momentum=0.9, nesterov=True, weight_decay=0.01),
+                                dict(momentum=0.5, dampening=0.1, maximize=True), dict()])
+def test_fused_sgd_matches_cpu_fused(kw):
+    import copy
+    torch.manual_seed(0)
+    ref = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3))
+    model = copy.deepcopy(ref).to(D)
+    oc = torch.optim.SGD(ref.parameters(), lr=0.05, fused=True, **kw)
+    ot = torch.optim.SGD(model.parameters(), lr=0.05, fused=True, **kw)
+    for _ in range(4):
+        x = torch.randn(4, 8)
+        for m, opt, dev in ((ref, oc, "cpu"), (model, ot, D)):
+            m(x.to(dev)).square().mean().backward()
+            opt.step()
+            opt.zero_grad()
+    for a, b in zip(model.parameters(), ref.parameters()):
+        assert_close(a.detach(), b.detach(), atol=1e-6, rtol=1e-5)
