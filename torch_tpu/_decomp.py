@@ -28,14 +28,15 @@ csrc/ and out of this table.
   decomposition, as are the upsampling ops, which have no autograd formula of
   their own here), ``eye``, ``logspace``, ``roll``, ``bucketize``, ``index_fill``,
   ``hardswish_backward``, ``flip``, replication padding, linear upsampling,
-  adaptive average pooling (the cases that reduce to means; others call
-  ``avg_pool2d``, which still falls back), ``diag_embed``, ``trace``,
+  adaptive average pooling, ``diag_embed``, ``trace``,
   ``std_mean``, ``aminmax``, ``tril_indices`` / ``triu_indices``, pixel and
   channel shuffles, ``soft_margin_loss``, ``special.xlog1py``, ``sgn`` (real
   dtypes: the sign), ``repeat_interleave`` with a tensor of repeats (its length
   read back first), ``equal`` (a host read, as its bool result needs),
   ``binary_cross_entropy`` (+ backward; the input's [0, 1] range is checked as
   the CPU checks it, which costs a host read).
+- ``avg_pool2d``: window sums over a zero-padded unfold view divided by
+  PyTorch's per-window count (differentiated through, at the autograd level).
 - ``_fused_sgd_`` (SGD ``fused=True``): CUDA's order of operations from native
   ops; a set found_inf keeps parameters and buffers as they were.
 - ``unfold`` (``Tensor.unfold``): a view (as_strided), as on the CPU.
@@ -199,6 +200,50 @@ def _fused_sgd(params, grads, momentum_buffer_list, *, weight_decay, momentum, l
             keep(buf, nb)
             d = d + momentum * nb if nesterov else nb
         keep(p, p - lr * d)
+
+
+def _pool_out(n, k, s, p, ceil_mode):
+    o = (n + 2 * p - k + ((s - 1) if ceil_mode else 0)) // s + 1
+    if ceil_mode and (o - 1) * s >= n + p:
+        o -= 1
+    return o
+
+
+def _avg_pool2d(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
+                divisor_override=None):
+    """avg_pool2d: window sums over a zero-padded view (Tensor.unfold, a view here), divided by PyTorch's
+    per-window count (the padded area counts if count_include_pad; past it never)."""
+    two = lambda v, d: (v, v) if isinstance(v, int) else (tuple(v) * 2 if len(v) == 1 else tuple(v)) if v else d  # noqa: E731
+    kh, kw = two(kernel_size, None)
+    sh, sw = two(stride, (kh, kw))
+    ph, pw = two(padding, (0, 0))
+    if x.dim() not in (3, 4):
+        raise RuntimeError("non-empty 3D or 4D (batch mode) tensor expected for input")
+    if ph > kh // 2 or pw > kw // 2:
+        raise RuntimeError("pad should be at most half of effective kernel size, but got pad="
+                           f"{ph}, kernel_size={kh} and dilation=1")
+    if divisor_override is not None and divisor_override == 0:
+        raise RuntimeError("divisor must be not zero")
+    H, W = x.shape[-2:]
+    oh, ow = _pool_out(H, kh, sh, ph, ceil_mode), _pool_out(W, kw, sw, pw, ceil_mode)
+    if oh <= 0 or ow <= 0:
+        raise RuntimeError(f"Given input size: ({'x'.join(str(v) for v in x.shape[-3:])}). Calculated output size: "
+                           f"({x.shape[-3]}x{oh}x{ow}). Output size is too small")
+    eh, ew = max(0, (oh - 1) * sh + kh - (H + 2 * ph)), max(0, (ow - 1) * sw + kw - (W + 2 * pw))
+    xp = torch.nn.functional.pad(x, (pw, pw + ew, ph, ph + eh))
+    win = xp.unfold(-2, kh, sh).unfold(-2, kw, sw)[..., :oh, :ow, :, :]
+    sums = win.sum((-2, -1), dtype=torch.float32 if x.dtype in (torch.bfloat16, torch.float16) else None)
+    if divisor_override is not None:
+        div = torch.tensor(float(divisor_override))
+    else:
+        def counts(o, k, s, p, n):
+            c = []
+            for i in range(o):
+                a, b = i * s - p, min(i * s - p + k, n + p)
+                c.append(b - a if count_include_pad else min(b, n) - max(a, 0))
+            return torch.tensor(c, dtype=torch.float32)
+        div = counts(oh, kh, sh, ph, H)[:, None] * counts(ow, kw, sw, pw, W)[None, :]
+    return (sums / div.to(device=x.device, dtype=sums.dtype)).to(x.dtype)
 
 
 def _sgn(x):
@@ -374,6 +419,7 @@ _ROWS = [
     ("repeat_interleave", "Tensor", _repeat_interleave),
     ("equal", "default", _equal),
     ("_fused_sgd_", "default", _fused_sgd),
+    ("avg_pool2d", "default", _avg_pool2d),
     ("sgn", "out", _sgn_out),
 ]
 
@@ -385,7 +431,7 @@ _ROWS = [
 # their decomposition is registered at the autograd level too, so autograd
 # differentiates the native ops it is made of (as CompositeImplicitAutograd
 # would for this device).
-_AUTOGRAD_LEVEL = {"sgn", "replication_pad1d", "replication_pad2d", "replication_pad3d", "upsample_linear1d",
+_AUTOGRAD_LEVEL = {"avg_pool2d", "sgn", "replication_pad1d", "replication_pad2d", "replication_pad3d", "upsample_linear1d",
                    "_adaptive_avg_pool2d", "upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "_upsample_nearest_exact1d",
                    "_upsample_nearest_exact2d", "upsample_bilinear2d", "upsample_bicubic2d", "upsample_trilinear3d",
                    "grid_sampler_2d"}

@@ -138,3 +138,21 @@ def test_equal_matches_cpu():
              (torch.zeros(0), torch.zeros(0))]
     for x, y in cases:
         assert torch.equal(x.to(D), y.to(D)) == torch.equal(x, y)
+
+
+@pytest.mark.parametrize("ceil_mode", [False, True])
+@pytest.mark.parametrize("count_include_pad", [True, False])
+@pytest.mark.parametrize("k,s,p,div", [(3, 2, 1, None), (2, 2, 0, None), (3, 1, 1, 5), ((3, 2), (2, 3), (1, 0), None)])
+def test_avg_pool2d_matches_cpu(ceil_mode, count_include_pad, k, s, p, div):
+    import torch.nn.functional as F
+    x = torch.randn(2, 3, 9, 8, generator=torch.Generator().manual_seed(0))
+    kw = dict(kernel_size=k, stride=s, padding=p, ceil_mode=ceil_mode, count_include_pad=count_include_pad,
+              divisor_override=div)
+    xt, xc = x.to(D).requires_grad_(), x.clone().requires_grad_()
+    yt, yc = F.avg_pool2d(xt, **kw), F.avg_pool2d(xc, **kw)
+    assert_close(yt, yc, atol=1e-6, rtol=1e-5)
+    g = torch.randn_like(yc)
+    yt.backward(g.to(D))
+    yc.backward(g)
+    assert_close(xt.grad, xc.grad, atol=1e-6, rtol=1e-5)
+    assert_close(F.avg_pool2d(x[0].to(D), **kw), F.avg_pool2d(x[0], **kw), atol=1e-6, rtol=1e-5)  # unbatched

@@ -16,7 +16,8 @@ NAMES = [
     "nn.functional.conv_transpose1d", "nn.functional.conv_transpose2d", "nn.functional.group_norm", "flip",
     "diag_embed", "trace", "std_mean", "aminmax", "tril_indices", "triu_indices", "nn.functional.pixel_shuffle",
     "nn.functional.pixel_unshuffle", "nn.functional.channel_shuffle", "nn.functional.soft_margin_loss",
-    "special.xlog1py", "sgn", "nn.functional.grid_sample",
+    "special.xlog1py", "sgn", "nn.functional.grid_sample", "nn.functional.avg_pool2d",
+    "nn.functional.adaptive_avg_pool2d",
 ]
 VARIANTS = {("nn.functional.interpolate", v) for v in ("nearest", "bilinear", "bicubic", "linear", "trilinear")} | \
     {("nn.functional.pad", v) for v in ("reflect", "constant", "circular", "replicate")}
