@@ -35,6 +35,8 @@ csrc/ and out of this table.
   read back first), ``equal`` (a host read, as its bool result needs),
   ``binary_cross_entropy`` (+ backward; the input's [0, 1] range is checked as
   the CPU checks it, which costs a host read).
+- ``masked_scatter_``: the mask's count read back, then an index_put with
+  the mask (masked_select's backward).
 - ``avg_pool2d``: window sums over a zero-padded unfold view divided by
   PyTorch's per-window count (differentiated through, at the autograd level).
 - ``_fused_sgd_`` (SGD ``fused=True``): CUDA's order of operations from native
@@ -246,6 +248,31 @@ def _avg_pool2d(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_inc
     return (sums / div.to(device=x.device, dtype=sums.dtype)).to(x.dtype)
 
 
+def _masked_scatter_(self, mask, source):
+    """self[mask] = source's first elements, in order (what masked_select's backward runs)."""
+    if mask.dtype != torch.bool:
+        raise RuntimeError(f"masked_scatter_ only supports boolean masks, but got mask with dtype "
+                           f"{_dtype_name(mask.dtype)}")
+    if self.dtype != source.dtype:
+        raise RuntimeError(f"masked_scatter: expected self and source to have same dtypes but got"
+                           f"{_dtype_name(self.dtype)} and {_dtype_name(source.dtype)}")
+    m = mask.expand(self.shape)
+    n = int(m.sum().item())
+    if n > source.numel():
+        raise RuntimeError("Number of elements of source < number of ones in mask")
+    if n and self.dim() == 0:   # (a 0-d mask selects the one element)
+        self.copy_(source.reshape(-1)[0])
+    elif n:
+        self.index_put_((m,), source.reshape(-1)[:n])
+    return self
+
+
+def _dtype_name(dt):
+    return {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16",
+            torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char", torch.uint8: "Byte",
+            torch.bool: "Bool"}.get(dt, str(dt))
+
+
 def _sgn(x):
     """sgn of a real tensor is its sign (complex tensors are not supported here yet)."""
     return torch.sign(x)
@@ -420,6 +447,7 @@ _ROWS = [
     ("equal", "default", _equal),
     ("_fused_sgd_", "default", _fused_sgd),
     ("avg_pool2d", "default", _avg_pool2d),
+    ("masked_scatter_", "default", _masked_scatter_),
     ("sgn", "out", _sgn_out),
 ]
 

@@ -156,3 +156,23 @@ def test_avg_pool2d_matches_cpu(ceil_mode, count_include_pad, k, s, p, div):
     yc.backward(g)
     assert_close(xt.grad, xc.grad, atol=1e-6, rtol=1e-5)
     assert_close(F.avg_pool2d(x[0].to(D), **kw), F.avg_pool2d(x[0], **kw), atol=1e-6, rtol=1e-5)  # unbatched
+
+
+def test_masked_scatter_and_masked_select_backward_match_cpu():
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(4, 5, generator=g)
+    m = torch.rand(4, 5, generator=g) > 0.5
+    src = torch.randn(30, generator=g)
+    assert_close(x.to(D).masked_scatter(m.to(D), src.to(D)), x.masked_scatter(m, src))
+    assert_close(x.to(D).masked_scatter(m[0].to(D), src.to(D)), x.masked_scatter(m[0], src))   # broadcast mask
+    xt, xc = x.to(D).requires_grad_(), x.clone().requires_grad_()
+    (xt.masked_select(m.to(D)) ** 2).sum().backward()
+    (xc.masked_select(m) ** 2).sum().backward()
+    assert_close(xt.grad, xc.grad)
+    for f in (lambda t, mm, s: t.masked_scatter(mm, s[:2]), lambda t, mm, s: t.masked_scatter(mm.int(), s),
+              lambda t, mm, s: t.masked_scatter(mm, s.long())):
+        with pytest.raises(RuntimeError) as cpu:
+            f(x, m, src)
+        with pytest.raises(RuntimeError) as ours:
+            f(x.to(D), m.to(D), src.to(D))
+        assert str(ours.value).splitlines()[0] == str(cpu.value).splitlines()[0]

@@ -17,7 +17,7 @@ NAMES = [
     "diag_embed", "trace", "std_mean", "aminmax", "tril_indices", "triu_indices", "nn.functional.pixel_shuffle",
     "nn.functional.pixel_unshuffle", "nn.functional.channel_shuffle", "nn.functional.soft_margin_loss",
     "special.xlog1py", "sgn", "nn.functional.grid_sample", "nn.functional.avg_pool2d",
-    "nn.functional.adaptive_avg_pool2d",
+    "nn.functional.adaptive_avg_pool2d", "masked_select", "masked_scatter",
 ]
 VARIANTS = {("nn.functional.interpolate", v) for v in ("nearest", "bilinear", "bicubic", "linear", "trilinear")} | \
     {("nn.functional.pad", v) for v in ("reflect", "constant", "circular", "replicate")}
