@@ -330,12 +330,6 @@ struct AdvIndex {
   int64_t dims = 0;               // self's indexed dims, 5 bits each
 };
 
-static std::string shape_str(at::IntArrayRef s) {
-  std::string r = "[";
-  for (size_t i = 0; i < s.size(); i++) r += (i ? ", " : "") + std::to_string(s[i]);
-  return r + "]";
-}
-
 static AdvIndex adv_index(const at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices) {
   TORCH_CHECK_INDEX(static_cast<int64_t>(indices.size()) <= self.dim(), "too many indices for tensor of dimension ",
                     self.dim(), " (got ", indices.size(), ")");
@@ -356,9 +350,8 @@ static AdvIndex adv_index(const at::Tensor& self, const c10::List<std::optional<
         TORCH_WARN("indexing with dtype torch.uint8 is now deprecated, please use a dtype torch.bool instead.");
       TORCH_CHECK_INDEX(d + t.dim() <= self.dim(), "too many indices for tensor of dimension ", self.dim());
       for (int64_t j = 0; j < t.dim(); j++)
-        TORCH_CHECK_INDEX(t.size(j) == self.size(d + j), "The shape of the mask ", shape_str(t.sizes()), " at index ",
-                          j, " does not match the shape of the indexed tensor ", shape_str(self.sizes()), " at index ",
-                          d + j);
+        TORCH_CHECK_INDEX(t.size(j) == self.size(d + j), "The shape of the mask ", t.sizes(), " at index ", j,
+                          " does not match the shape of the indexed tensor ", self.sizes(), " at index ", d + j);
       at::Tensor nz = at::nonzero(t);  // (a data-dependent shape: waits for the mask)
       for (int64_t j = 0; j < t.dim(); j++) idx.emplace_back(d + j, nz.select(1, j));
       d += t.dim();
@@ -378,7 +371,7 @@ static AdvIndex adv_index(const at::Tensor& self, const c10::List<std::optional<
       int64_t y = i < r.size() - s.size() ? 1 : s[i - (r.size() - s.size())];
       if (x != y && x != 1 && y != 1) {
         std::string all;
-        for (auto& p : idx) all += (all.empty() ? "" : ", ") + shape_str(p.second.sizes());
+        for (auto& p : idx) all += (all.empty() ? "" : ", ") + c10::str(p.second.sizes());
         TORCH_CHECK_INDEX(false, "shape mismatch: indexing tensors could not be broadcast together with shapes ", all);
       }
       r[i] = x == 1 ? y : x;
@@ -650,8 +643,8 @@ static at::Tensor& index_put_impl(at::Tensor& self, const c10::List<std::optiona
     int64_t want = a.shape[a.shape.size() - vs.size() + i];
     fits = vs[i] == want || vs[i] == 1;
   }
-  TORCH_CHECK(fits, "shape mismatch: value tensor of shape ", shape_str(vs),
-              " cannot be broadcast to indexing result of shape ", shape_str(a.shape));
+  TORCH_CHECK(fits, "shape mismatch: value tensor of shape ", vs, " cannot be broadcast to indexing result of shape ",
+              at::IntArrayRef(a.shape));
   if (n == 0) return self;
   at::Tensor v = values.expand(a.shape);
   std::vector<tpu_tensor> ts = {desc(a.view), desc(v)};

@@ -66,6 +66,15 @@ def no_leak(request):
     assert after == before, f"tpu memory leak: {after - before} bytes still allocated after {request.node.name}"
 
 
+@pytest.fixture
+def native_only():
+    """The CPU fallback switched off (a fallback raises): for files whose ops must run natively
+    (pytestmark = pytest.mark.usefixtures("native_only"))."""
+    torch_tpu.set_cpu_fallback_enabled(False)
+    yield
+    torch_tpu.set_cpu_fallback_enabled(True)
+
+
 def assert_close(tpu_result, cpu_result, check_layout=True, **kw):
     """Compare a tpu result with the CPU oracle: values, dtype, shape, NaN
     positions, and the layout (strides) wherever PyTorch's is well defined

@@ -19,11 +19,7 @@ from conftest import assert_close
 D = "tpu"
 
 
-@pytest.fixture(autouse=True)
-def native_only():
-    torch_tpu.set_cpu_fallback_enabled(False)
-    yield
-    torch_tpu.set_cpu_fallback_enabled(True)
+pytestmark = pytest.mark.usefixtures("native_only")  # ops here must run natively (conftest)
 
 
 def test_device_module_declares_amp_dtypes():
@@ -193,6 +189,18 @@ def test_checkpoint_matches_plain_backward(reentrant, autocast):
         assert torch.equal(a.cpu(), b.cpu())
 
 
+def _steps_match_cpu(ref, model, cpu_opt, tpu_opt, steps=4):
+    """The same training steps on the CPU model and its tpu copy; then their parameters agree."""
+    for _ in range(steps):
+        x = torch.randn(4, 8)
+        for m, opt, dev in ((ref, cpu_opt, "cpu"), (model, tpu_opt, D)):
+            m(x.to(dev)).square().mean().backward()
+            opt.step()
+            opt.zero_grad()
+    for a, b in zip(model.parameters(), ref.parameters()):
+        assert_close(a.detach(), b.detach(), atol=1e-6, rtol=1e-5)
+
+
 @pytest.mark.parametrize("cls,kw", [(torch.optim.AdamW, {}), (torch.optim.Adam, dict(weight_decay=0.1)),
                                     (torch.optim.AdamW, dict(maximize=True, weight_decay=0.05))])
 def test_fused_adam_matches_cpu_fused(cls, kw):
@@ -201,15 +209,8 @@ def test_fused_adam_matches_cpu_fused(cls, kw):
     torch.manual_seed(0)
     ref = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 3))
     model = copy.deepcopy(ref).to(D)
-    oc, ot = cls(ref.parameters(), lr=1e-2, fused=True, **kw), cls(model.parameters(), lr=1e-2, fused=True, **kw)
-    for _ in range(4):
-        x = torch.randn(4, 8)
-        for m, opt, dev in ((ref, oc, "cpu"), (model, ot, D)):
-            m(x.to(dev)).square().mean().backward()
-            opt.step()
-            opt.zero_grad()
-    for a, b in zip(model.parameters(), ref.parameters()):
-        assert_close(a.detach(), b.detach(), atol=1e-6, rtol=1e-5)
+    _steps_match_cpu(ref, model, cls(ref.parameters(), lr=1e-2, fused=True, **kw),
+                     cls(model.parameters(), lr=1e-2, fused=True, **kw))
 
 
 def test_fused_adamw_with_grad_scaler_matches_cpu():
@@ -250,13 +251,5 @@ def test_fused_sgd_matches_cpu_fused(kw):
     torch.manual_seed(0)
     ref = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3))
     model = copy.deepcopy(ref).to(D)
-    oc = torch.optim.SGD(ref.parameters(), lr=0.05, fused=True, **kw)
-    ot = torch.optim.SGD(model.parameters(), lr=0.05, fused=True, **kw)
-    for _ in range(4):
-        x = torch.randn(4, 8)
-        for m, opt, dev in ((ref, oc, "cpu"), (model, ot, D)):
-            m(x.to(dev)).square().mean().backward()
-            opt.step()
-            opt.zero_grad()
-    for a, b in zip(model.parameters(), ref.parameters()):
-        assert_close(a.detach(), b.detach(), atol=1e-6, rtol=1e-5)
+    _steps_match_cpu(ref, model, torch.optim.SGD(ref.parameters(), lr=0.05, fused=True, **kw),
+                     torch.optim.SGD(model.parameters(), lr=0.05, fused=True, **kw))

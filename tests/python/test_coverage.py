@@ -12,11 +12,7 @@ from conftest import assert_close
 D = "tpu"
 
 
-@pytest.fixture(autouse=True)
-def native_only():
-    torch_tpu.set_cpu_fallback_enabled(False)
-    yield
-    torch_tpu.set_cpu_fallback_enabled(True)
+pytestmark = pytest.mark.usefixtures("native_only")  # ops here must run natively (conftest)
 
 
 @pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.float32])

@@ -11,11 +11,7 @@ D = "tpu"
 L = lambda *a: torch.tensor(a)  # noqa: E731
 
 
-@pytest.fixture(autouse=True)
-def native_only():
-    torch_tpu.set_cpu_fallback_enabled(False)
-    yield
-    torch_tpu.set_cpu_fallback_enabled(True)
+pytestmark = pytest.mark.usefixtures("native_only")  # ops here must run natively (conftest)
 
 
 def _x(dtype, shape=(4, 5, 6), seed=0):

@@ -9,12 +9,7 @@ import torch_tpu
 from conftest import assert_close
 
 
-@pytest.fixture(autouse=True)
-def native_only():
-    """Ops in this file must run natively: the CPU fallback is switched off."""
-    torch_tpu.set_cpu_fallback_enabled(False)
-    yield
-    torch_tpu.set_cpu_fallback_enabled(True)
+pytestmark = pytest.mark.usefixtures("native_only")  # ops here must run natively (conftest)
 
 
 def to_tpu(x):

@@ -103,7 +103,6 @@ static void srt_rows(void *ctx, int64_t r0, int64_t r1) {
     free(r.i);
 }
 
-/* The checks both paths share (the reference in ref_red.c has its own copy of the rule). */
 tpu_status tpu_k_sort(tpu_kargs *a) {
     const tpu_tensor *v = &a->t[0], *ix = &a->t[1], *x = &a->t[2];
     tpu_args_SORT q = tpu_unpack_SORT(&a->p);
