@@ -17,7 +17,7 @@ TSAN    := -O1 -g -fsanitize=thread
 C_TESTS := $(patsubst tests/c/%.c,%,$(wildcard tests/c/test_*.c))
 
 .PHONY: all setup build runtime ctest-bins ctest ctest-tsan pytest test run bench fuzz lint format-check format clean \
-	conformance-models
+	conformance-models conformance-ops
 
 all: build
 
@@ -89,6 +89,12 @@ fuzz: build/ctest/test_bounds build
 CONFORMANCE_ARGS ?=
 conformance-models: build
 	$(PY) tests/conformance/models.py --json build/conformance-models.json $(CONFORMANCE_ARGS)
+
+# Every OpInfo of PyTorch's op_db on tpu vs CPU: samples + reference inputs, float32 and bfloat16,
+# forward and backward, CPU fallbacks counted, error_inputs (tests/conformance/ops.py; CONFORMANCE_ARGS
+# e.g. "--only add,nn.functional.conv2d" or "--limit 50"; about 7 minutes for all).
+conformance-ops: build
+	$(PY) tests/conformance/ops.py --json build/conformance-ops.json $(CONFORMANCE_ARGS)
 
 # Floors of runtime/src (base -> ref -> kernels -> vtpu): no include and no
 # linked call reaches up a floor (tools/lint_floors.py; needs the objects).

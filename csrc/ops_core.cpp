@@ -8,6 +8,7 @@
 // No math.
 #include "tpu_glue.h"
 
+#include <ATen/MemoryOverlap.h>
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <ATen/EmptyTensor.h>
@@ -144,13 +145,38 @@ void submit(tpu_op op, const tpu_tensor* operands, int n, const tpu_params& p) {
 // ---------------------------------------------------------------- the elementwise launch every op file uses
 c10::ScalarType default_float() { return c10::typeMetaToScalarType(c10::get_default_dtype()); }
 
+// PyTorch's CPU kernels see a host scalar of a bfloat16 / float16 op rounded to
+// that dtype (TensorIterator casts it), except add, sub, mul and div, which use
+// its value in float (original_scalar_value): bf16 0.80078125 > 0.8 is false.
+static bool rounds_host_scalar(tpu_op op, c10::ScalarType compute) {
+  if (compute != kBFloat16 && compute != kHalf) return false;
+  switch (op) {
+    case TPU_OP_EQ:
+    case TPU_OP_NE:
+    case TPU_OP_LT:
+    case TPU_OP_LE:
+    case TPU_OP_GT:
+    case TPU_OP_GE:
+    case TPU_OP_FMOD:
+    case TPU_OP_REMAINDER:
+    case TPU_OP_MAXIMUM:
+    case TPU_OP_MINIMUM:
+      return true;
+    default:
+      return false;
+  }
+}
+
 void ew(tpu_op op, const at::Tensor& out, std::initializer_list<at::Tensor> ins, c10::ScalarType compute,
         tpu_params p) {
   if (out.numel() == 0) return;
   tpu_tensor ts[TPU_MAX_OPERANDS];
   int n = 0;
   ts[n++] = desc(out);
-  for (const auto& t : ins) ts[n++] = operand(t, out, compute);
+  const bool round = rounds_host_scalar(op, compute);
+  for (const auto& t : ins)
+    ts[n++] =
+        round && t.device().is_cpu() && t.dim() == 0 ? operand(t.to(compute), out, compute) : operand(t, out, compute);
   p.compute_dtype = to_tpu_dtype(compute);
   submit(op, ts, n, p);
 }
@@ -185,6 +211,7 @@ static at::Tensor& arange_out(const c10::Scalar& start, const c10::Scalar& end, 
                               at::Tensor& out) {
   double xs = start.toDouble(), xe = end.toDouble(), st = step.toDouble();
   TORCH_CHECK(st != 0, "step must be nonzero");
+  TORCH_CHECK_VALUE(!isIntegralType(out.scalar_type(), true) || step.toLong() != 0, "step must be nonzero");
   TORCH_CHECK(std::isfinite(xs) && std::isfinite(xe), "unsupported range: ", xs, " -> ", xe);
   TORCH_CHECK((st > 0 && xe >= xs) || (st < 0 && xe <= xs), "upper bound and larger bound inconsistent with step sign");
   int64_t n;
@@ -422,6 +449,8 @@ static at::Tensor& cat_out(const at::ITensorListRef& tensors, int64_t dim, at::T
       ref = &t;
       break;
     }
+  at::assert_no_internal_overlap(out);
+  for (const at::Tensor& t : mat) at::assert_no_overlap(out, t);
   if (!ref) {
     at::native::resize_output(out, {0});
     return out;

@@ -296,6 +296,12 @@ static void check_index(const at::Tensor& index, const char* name, bool empty_an
   TORCH_CHECK(n != "index_add", "index_add_(): Expected dtype int32/int64 for index but got: ", index.scalar_type());
   TORCH_CHECK(false, name, "(): Expected dtype int32/int64 for index");
 }
+// An out= tensor that overlaps itself or an input: PyTorch's words (ATen/MemoryOverlap).
+static void check_out_overlap(const at::Tensor& out, std::initializer_list<at::Tensor> ins) {
+  at::assert_no_internal_overlap(out);
+  for (const at::Tensor& t : ins)
+    if (t.defined() && t.device() == out.device()) at::assert_no_overlap(out, t);
+}
 static at::Tensor& index_select_out(const at::Tensor& self, int64_t dim, const at::Tensor& index, at::Tensor& out) {
   check_index(index, "index_select");
   TORCH_CHECK(index.dim() <= 1, "index_select(): Index is supposed to be a vector");
@@ -307,6 +313,7 @@ static at::Tensor& index_select_out(const at::Tensor& self, int64_t dim, const a
     TORCH_CHECK(index.numel() == 1, "index_select(): Index to scalar can have only 1 value, got ", index.numel(),
                 " value(s)");
   at::native::resize_output(out, shape);
+  check_out_overlap(out, {self, index});  // after the resize, as the CPU checks
   if (out.numel() == 0) return out;
   tpu_tensor ts[3] = {desc1d(out), desc1d(self), desc1d(index)};
   submit(TPU_OP_INDEX_SELECT, ts, 3, TPU_PARAMS(INDEX_SELECT, .dim = d));
@@ -656,7 +663,10 @@ static at::Tensor& index_put_impl(at::Tensor& self, const c10::List<std::optiona
 
 static at::Tensor& gather_out(const at::Tensor& self, int64_t dim, const at::Tensor& index, bool, at::Tensor& out) {
   check_index(index, "gather", true);
+  TORCH_CHECK(out.scalar_type() == self.scalar_type(), "Expected out tensor to have dtype ", self.dtype(), ", but got ",
+              out.dtype(), " instead");
   at::native::resize_output(out, index.sizes());
+  check_out_overlap(out, {self, index});  // after the resize, as the CPU checks
   if (out.numel() == 0) return out;
   tpu_tensor ts[3] = {desc1d(out), desc1d(self), desc1d(index)};
   submit(TPU_OP_GATHER, ts, 3, TPU_PARAMS(GATHER, .dim = at::maybe_wrap_dim(dim, std::max<int64_t>(self.dim(), 1))));
@@ -709,6 +719,102 @@ static at::Tensor& scatter_value_out(const at::Tensor& self, int64_t dim, const 
   at::Tensor src = at::empty(index.sizes(), self.options());
   src.fill_(value);
   return scatter_src_out(self, dim, index, src, out);
+}
+// scatter_reduce (index_reduce runs on its index expanded to the source's
+// shape): sum and mean through SCATTER_ADD (mean divides by the count, self's
+// element counted with include_self; floor division for integers, as the CPU),
+// prod / amax / amin through SCATTER_REDUCE. Without include_self the
+// scattered-to positions start from the reduction's identity.
+static at::Tensor& reduce_scattered(const at::Tensor& self, int64_t d, const at::Tensor& index, const at::Tensor& src,
+                                    c10::string_view reduce, bool include_self, at::Tensor& out) {
+  if (!out.is_same(self)) {
+    at::native::resize_output(out, self.sizes());
+    device_copy(out, self);
+  }
+  if (index.numel() == 0) return out;
+  const bool mean = reduce == "mean", add = reduce == "sum" || mean, mx = reduce == "amax", mn = reduce == "amin";
+  if (!include_self) {
+    c10::Scalar id = 0;
+    if (reduce == "prod") id = 1;
+    if (mx || mn) {
+      if (at::isFloatingType(self.scalar_type()))
+        id = mx ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::infinity();
+      else
+        AT_DISPATCH_INTEGRAL_TYPES(self.scalar_type(), "scatter_reduce", [&] {
+          id = mx ? std::numeric_limits<scalar_t>::lowest() : std::numeric_limits<scalar_t>::max();
+        });
+    }
+    scatter_value_out(out, d, index, id, out);
+  }
+  if (add) {
+    scatter_add_out(out, d, index, src, out);
+  } else {
+    tpu_tensor ts[3] = {desc1d(out), desc1d(index), desc1d(src)};
+    submit(TPU_OP_SCATTER_REDUCE, ts, 3, TPU_PARAMS(SCATTER_REDUCE, .dim = d, .reduce = mx ? 1 : mn ? 2 : 0));
+  }
+  if (mean) {
+    at::Tensor cnt = include_self ? at::ones_like(out) : at::zeros_like(out);
+    cnt.scatter_add_(d, index, at::ones_like(src));
+    cnt.masked_fill_(cnt.eq(0), 1);
+    if (at::isFloatingType(out.scalar_type()))
+      out.div_(cnt);
+    else
+      out.div_(cnt, "floor");
+  }
+  return out;
+}
+static at::Tensor& scatter_reduce_out(const at::Tensor& self, int64_t dim, const at::Tensor& index,
+                                      const at::Tensor& src, c10::string_view reduce, bool include_self,
+                                      at::Tensor& out) {
+  TORCH_CHECK(reduce == "sum" || reduce == "prod" || reduce == "mean" || reduce == "amax" || reduce == "amin",
+              "reduce argument must be either sum, prod, mean, amax or amin, got ", reduce);
+  TORCH_CHECK(index.numel() == 0 || index.scalar_type() == kLong, "scatter(): Expected dtype int64 for index");
+  TORCH_CHECK(self.scalar_type() == src.scalar_type(), "scatter(): Expected self.dtype to be equal to src.dtype");
+  int64_t d = at::maybe_wrap_dim(dim, std::max<int64_t>(self.dim(), 1));
+  if (index.numel() > 0) {
+    TORCH_CHECK(std::max<int64_t>(index.dim(), 1) == std::max<int64_t>(self.dim(), 1),
+                "Index tensor must have the same number of dimensions as self tensor");
+    TORCH_CHECK(std::max<int64_t>(src.dim(), 1) == std::max<int64_t>(self.dim(), 1),
+                "Index tensor must have the same number of dimensions as src tensor");
+    bool ok = true;
+    for (int64_t i = 0; i < index.dim(); i++)
+      ok = ok && index.size(i) <= src.size(i) && (i == d || index.size(i) <= self.size(i));
+    TORCH_CHECK(ok, "Expected index ", index.sizes(), " to be no larger than self ", self.sizes(),
+                " apart from dimension ", d, " and to be no larger size than src ", src.sizes());
+  }
+  if (!out.is_same(self)) check_out_overlap(out, {self, index, src});
+  return reduce_scattered(self, d, index, src, reduce, include_self, out);
+}
+static at::Tensor& index_reduce_out(const at::Tensor& self, int64_t dim, const at::Tensor& index,
+                                    const at::Tensor& source, c10::string_view reduce, bool include_self,
+                                    at::Tensor& out) {
+  TORCH_CHECK(reduce == "prod" || reduce == "mean" || reduce == "amax" || reduce == "amin",
+              "index_reduce(): Expected reduce to be one of prod, mean, amax or amin but got ", reduce, ".");
+  int64_t d = at::maybe_wrap_dim(dim, std::max<int64_t>(self.dim(), 1));
+  TORCH_CHECK(index.dim() <= 1, "index_reduce_(): Index is supposed to be a vector");
+  TORCH_CHECK(index.scalar_type() == kLong || index.scalar_type() == kInt,
+              "index_reduce_(): Expected dtype int32/int64 for index but got: ", index.scalar_type());
+  TORCH_CHECK(self.scalar_type() == source.scalar_type(), "index_reduce_(): self (", self.scalar_type(),
+              ") and source (", source.scalar_type(), ") must have the same scalar type");
+  TORCH_CHECK(d == 0 || d < source.dim(), "index_reduce_(): Indexing dim ", d,
+              " is out of bounds of the source tensor with dim ", source.dim());
+  TORCH_CHECK(index.numel() == (source.dim() == 0 ? 1 : source.size(d)), "index_reduce_(): Number of indices (",
+              index.numel(), ") should be equal to source.size(dim) (", (source.dim() == 0 ? 1 : source.size(d)), ")");
+  at::Tensor src = source.dim() == 0 ? source.reshape({1}) : source;
+  std::vector<int64_t> shape(std::max<int64_t>(self.dim(), 1), 1);
+  shape[d] = index.numel();
+  at::Tensor ix = index.to(kLong).reshape(shape).expand(src.sizes());
+  if (self.dim() == 0) {  // a 0-dim self is seen as [1]
+    at::Tensor o = out.is_same(self) ? out.view({1}) : out;
+    if (!out.is_same(self)) {
+      at::native::resize_output(out, self.sizes());
+      device_copy(out, self);
+      o = out.view({1});
+    }
+    reduce_scattered(o, 0, ix, src, reduce, include_self, o);
+    return out;
+  }
+  return reduce_scattered(self, d, ix, src, reduce, include_self, out);
 }
 static at::Tensor& index_add_out(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src,
                                  const c10::Scalar& alpha, at::Tensor& out) {
@@ -797,11 +903,13 @@ static at::Tensor& normal_(at::Tensor& self, double mean, double std, std::optio
 }
 static at::Tensor& bernoulli_f(at::Tensor& self, double prob, std::optional<at::Generator> gen) {
   TORCH_CHECK(0 <= prob && prob <= 1, "bernoulli_ expects p to be in [0, 1], but got p=", prob);
+  at::assert_no_internal_overlap(self);
   auto [seed, off] = rand_seed(self, gen);
   rand_fill(TPU_OP_RAND_BERNOULLI, self, TPU_PARAMS(RAND_BERNOULLI, .seed = seed, .offset = off, .p = prob));
   return self;
 }
 static at::Tensor& bernoulli_t(at::Tensor& self, const at::Tensor& prob, std::optional<at::Generator> gen) {
+  check_out_overlap(self, {prob});
   auto [seed, off] = rand_seed(self, gen);
   rand_fill(TPU_OP_RAND_BERNOULLI, self, TPU_PARAMS(RAND_BERNOULLI, .seed = seed, .offset = off), &prob);
   return self;
@@ -1158,7 +1266,8 @@ static std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(
 }
 
 static int64_t pool_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d, bool ceil_mode) {
-  int64_t o = (in + 2 * p - d * (k - 1) - 1 + (ceil_mode ? s - 1 : 0)) / s + 1;
+  int64_t num = in + 2 * p - d * (k - 1) - 1 + (ceil_mode ? s - 1 : 0);
+  int64_t o = (num >= 0 ? num / s : -((-num + s - 1) / s)) + 1;  // rounded down, as PyTorch's div_rtn
   if (ceil_mode && (o - 1) * s >= in + p) o--;
   return o;
 }
@@ -1179,7 +1288,8 @@ static std::tuple<at::Tensor, at::Tensor> max_pool2d_with_indices(const at::Tens
   TORCH_CHECK(ph <= kh / 2 && pw <= kw / 2, "pad should be at most half of effective kernel size, but got pad=", ph,
               ", kernel_size=", kh, " and dilation=", dh);
   int64_t OH = pool_out(x.size(2), kh, sh, ph, dh, ceil_mode), OW = pool_out(x.size(3), kw, sw, pw, dw, ceil_mode);
-  TORCH_CHECK(OH > 0 && OW > 0, "max_pool2d: output size is too small");
+  TORCH_CHECK(OH > 0 && OW > 0, "Given input size: (", x.size(1), "x", x.size(2), "x", x.size(3),
+              "). Calculated output size: (", x.size(1), "x", OH, "x", OW, "). Output size is too small");
   at::Tensor y = at::empty({x.size(0), x.size(1), OH, OW}, x.options());
   at::Tensor ix = at::empty({x.size(0), x.size(1), OH, OW}, x.options().dtype(kLong));
   if (y.numel() > 0) {
@@ -1220,6 +1330,15 @@ static at::Tensor masked_select(const at::Tensor& self, const at::Tensor& mask) 
   if (n == 0) return out;
   tpu_tensor ts[3] = {desc(out), desc1d(x), desc1d(m)};
   submit(TPU_OP_MASKED_SELECT, ts, 3, {});
+  return out;
+}
+static at::Tensor& masked_select_out(const at::Tensor& self, const at::Tensor& mask, at::Tensor& out) {
+  TORCH_CHECK(out.scalar_type() == self.scalar_type(),
+              "masked_select(): self and result must have the same scalar type");
+  check_out_overlap(out, {self, mask});
+  at::Tensor r = at::tpu::masked_select(self, mask);
+  at::native::resize_output(out, r.sizes());
+  device_copy(out, r);
   return out;
 }
 
@@ -1365,6 +1484,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("baddbmm.out", TORCH_FN(baddbmm_out));
   m.impl("addmv.out", TORCH_FN(addmv_out));
   m.impl("dot", TORCH_FN(dot));
+  m.impl("vdot", TORCH_FN(dot));  // real dtypes only here: the conjugate is the identity
   // softmax, losses, norms
   m.impl("_softmax.out", TORCH_FN(softmax_out));
   m.impl("_log_softmax.out", TORCH_FN(log_softmax_out));
@@ -1395,9 +1515,12 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("scatter_add.out", TORCH_FN(scatter_add_out));
   m.impl("scatter.src_out", TORCH_FN(scatter_src_out));
   m.impl("scatter.value_out", TORCH_FN(scatter_value_out));
+  m.impl("scatter_reduce.two_out", TORCH_FN(scatter_reduce_out));
+  m.impl("index_reduce.out", TORCH_FN(index_reduce_out));
   m.impl("index_add.out", TORCH_FN(index_add_out));
   m.impl("embedding_dense_backward", TORCH_FN(embedding_dense_backward));
   m.impl("masked_select", TORCH_FN(masked_select));
+  m.impl("masked_select.out", TORCH_FN(masked_select_out));
   // convolution, pooling
   m.impl("convolution_overrideable", TORCH_FN(convolution));
   m.impl("convolution_backward_overrideable", TORCH_FN(convolution_backward));

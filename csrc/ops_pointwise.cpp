@@ -137,7 +137,8 @@ static at::Tensor& ew_out(tpu_op op, at::Tensor& out, std::initializer_list<at::
   X(exp, EXP) X(exp2, EXP2) X(expm1, EXPM1) X(log, LOG) X(log2, LOG2) X(log10, LOG10) X(log1p, LOG1P)     \
   X(sqrt, SQRT) X(rsqrt, RSQRT) X(reciprocal, RECIPROCAL) X(sin, SIN) X(cos, COS) X(tan, TAN)             \
   X(asin, ASIN) X(acos, ACOS) X(atan, ATAN) X(sinh, SINH) X(cosh, COSH) X(tanh, TANH) X(asinh, ASINH)     \
-  X(acosh, ACOSH) X(atanh, ATANH) X(erf, ERF) X(erfc, ERFC) X(sigmoid, SIGMOID)
+  X(acosh, ACOSH) X(atanh, ATANH) X(erf, ERF) X(erfc, ERFC) X(sigmoid, SIGMOID) X(lgamma, LGAMMA)          \
+  X(digamma, DIGAMMA) X(erfinv, ERFINV) X(i0, I0) X(special_i0e, I0E) X(special_i1, I1) X(special_i1e, I1E)
 // clang-format on
 // clang-format off
 #define TPU_UNARY_SAME_OPS(X)                                                                             \
@@ -166,11 +167,20 @@ static at::Tensor& tpu_hardswish_(at::Tensor& self) { return at::tpu::hardswish_
 #undef UNARY_FLOAT
 #undef UNARY_SAME
 
+static at::Tensor& polygamma_out(int64_t n, const at::Tensor& self, at::Tensor& out) {
+  TORCH_CHECK(n >= 0, "polygamma(n, x) does not support negative n.");
+  return ew_out(TPU_OP_POLYGAMMA, out, {self}, float_of(self.scalar_type()), TPU_PARAMS(POLYGAMMA, .order = (double)n));
+}
+static at::Tensor& signbit_out(const at::Tensor& self, at::Tensor& out) {
+  return ew_out(TPU_OP_SIGNBIT, out, {self}, self.scalar_type(), {}, false);
+}
+
 static at::Tensor& logical_not_out(const at::Tensor& self, at::Tensor& out) {
   return ew_out(TPU_OP_LOGICAL_NOT, out, {self}, self.scalar_type(), {}, false);
 }
 
 static at::Tensor& gelu_out(const at::Tensor& self, c10::string_view approximate, at::Tensor& out) {
+  TORCH_CHECK(approximate == "none" || approximate == "tanh", "approximate argument must be either none or tanh.");
   return ew_out(approximate == "tanh" ? TPU_OP_GELU_TANH : TPU_OP_GELU, out, {self}, self.scalar_type());
 }
 
@@ -260,6 +270,22 @@ static at::Tensor& elu_out(const at::Tensor& self, const c10::Scalar& alpha, con
       TPU_PARAMS(ELU, .alpha = alpha.toDouble(), .scale = scale.toDouble(), .input_scale = iscale.toDouble()));
 }
 
+static at::Tensor& elu_backward_out(const at::Tensor& g, const c10::Scalar& alpha, const c10::Scalar& scale,
+                                    const c10::Scalar& iscale, bool is_result, const at::Tensor& x, at::Tensor& out) {
+  TORCH_CHECK(!is_result || alpha.toDouble() >= 0.0,
+              "In-place elu backward calculation is triggered with a negative slope ",
+              "which is not supported. This is caused by calling in-place forward function with a negative slope, ",
+              "please call out-of-place version instead.");
+  return ew_out(TPU_OP_ELU_BWD, out, {g, x}, std::nullopt,
+                TPU_PARAMS(ELU_BWD, .alpha = alpha.toDouble(), .scale = scale.toDouble(),
+                           .input_scale = iscale.toDouble(), .is_result = is_result ? 1.0 : 0.0));
+}
+static at::Tensor& round_decimals_out(const at::Tensor& self, int64_t decimals, at::Tensor& out) {
+  if (decimals == 0 || isIntegralType(self.scalar_type(), true)) return round_out(self, out);
+  return ew_out(TPU_OP_ROUND_DECIMALS, out, {self}, self.scalar_type(),
+                TPU_PARAMS(ROUND_DECIMALS, .decimals = (double)decimals));
+}
+
 static at::Tensor& nan_to_num_out(const at::Tensor& self, std::optional<double> nan, std::optional<double> pinf,
                                   std::optional<double> ninf, at::Tensor& out) {
   double big = self.scalar_type() == kDouble     ? std::numeric_limits<double>::max()
@@ -332,6 +358,11 @@ static at::Tensor& add_out(const at::Tensor& a, const at::Tensor& b, const c10::
 static at::Tensor& sub_out(const at::Tensor& a, const at::Tensor& b, const c10::Scalar& alpha, at::Tensor& out) {
   return ew_out(TPU_OP_SUB, out, {a, b}, std::nullopt, TPU_PARAMS(SUB, .alpha = alpha.toDouble()));
 }
+// rsub: other - alpha * self (PyTorch's composite kernel for it is CPU/CUDA only)
+static at::Tensor rsub(const at::Tensor& self, const at::Tensor& other, const c10::Scalar& alpha) {
+  at::Tensor out = at::empty({0}, self.options().dtype(common_type({self, other})));
+  return sub_out(other, self, alpha, out);
+}
 static at::Tensor& div_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
   return ew_out(TPU_OP_DIV, out, {a, b}, float_of(common_type({a, b})));
 }
@@ -376,7 +407,8 @@ static at::Tensor& pow_st_out(const c10::Scalar& a, const at::Tensor& b, at::Ten
 #define TPU_BINARY_OPS(X)                                                                                   \
   X(mul, MUL, out) X(maximum, MAXIMUM, out) X(minimum, MINIMUM, out) X(fmod, FMOD, Tensor_out)              \
   X(remainder, REMAINDER, Tensor_out) X(bitwise_and, BITWISE_AND, Tensor_out)                               \
-  X(bitwise_or, BITWISE_OR, Tensor_out) X(bitwise_xor, BITWISE_XOR, Tensor_out)
+  X(bitwise_or, BITWISE_OR, Tensor_out) X(bitwise_xor, BITWISE_XOR, Tensor_out) X(gcd, GCD, out)           \
+  X(lcm, LCM, out)
 // clang-format on
 #define TPU_COMPARE_OPS(X) X(eq, EQ) X(ne, NE) X(lt, LT) X(le, LE) X(gt, GT) X(ge, GE)
 #define TPU_LOGICAL_OPS(X) X(logical_and, LOGICAL_AND) X(logical_or, LOGICAL_OR) X(logical_xor, LOGICAL_XOR)
@@ -602,10 +634,16 @@ static at::Tensor prod(const at::Tensor& self, std::optional<c10::ScalarType> dt
   auto out = at::empty({}, self.options().dtype(st));
   return reduce(TPU_OP_PROD, self, std::nullopt, false, out);
 }
+static void check_same_dtype_out(const at::Tensor& self, const at::Tensor& out) {
+  TORCH_CHECK(self.scalar_type() == out.scalar_type(), "Expected the dtype for input and out to match, but got ",
+              self.scalar_type(), " for input's dtype and ", out.scalar_type(), " for out's dtype.");
+}
 static at::Tensor& amax_out(const at::Tensor& self, c10::IntArrayRef dims, bool keepdim, at::Tensor& out) {
+  check_same_dtype_out(self, out);
   return reduce(TPU_OP_AMAX, self, dims, keepdim, out);
 }
 static at::Tensor& amin_out(const at::Tensor& self, c10::IntArrayRef dims, bool keepdim, at::Tensor& out) {
+  check_same_dtype_out(self, out);
   return reduce(TPU_OP_AMIN, self, dims, keepdim, out);
 }
 static at::Tensor full_minmax(tpu_op op, const at::Tensor& self, const char* name) {
@@ -694,10 +732,10 @@ static at::Tensor& norm_out(const at::Tensor& self, const c10::Scalar& ord, at::
   return reduce(TPU_OP_NORM, self, dims, keepdim, out, TPU_PARAMS(NORM, .p = ord.toDouble()));
 }
 static at::Tensor& scan_out(tpu_op op, const at::Tensor& self, int64_t dim, at::Tensor& out) {
+  const int64_t d = at::maybe_wrap_dim(dim, self.dim());  // an empty tensor's dim is checked too, as on CPU
   at::native::resize_output(out, self.sizes());
   if (out.numel() == 0) return out;
-  tpu_params p =
-      TPU_PARAMS(CUMSUM, .dim = at::maybe_wrap_dim(dim, std::max<int64_t>(self.dim(), 1)));  // CUMPROD packs the same
+  tpu_params p = TPU_PARAMS(CUMSUM, .dim = d);  // every scan packs the same
   p.compute_dtype = to_tpu_dtype(out.scalar_type());
   tpu_tensor ts[2] = {desc1d(out), desc1d(self)};
   submit(op, ts, 2, p);
@@ -708,6 +746,34 @@ static at::Tensor& cumsum_out(const at::Tensor& self, int64_t dim, std::optional
 }
 static at::Tensor& cumprod_out(const at::Tensor& self, int64_t dim, std::optional<c10::ScalarType>, at::Tensor& out) {
   return scan_out(TPU_OP_CUMPROD, self, dim, out);
+}
+static at::Tensor& logcumsumexp_out(const at::Tensor& self, int64_t dim, at::Tensor& out) {
+  return scan_out(TPU_OP_LOGCUMSUMEXP, self, dim, out);
+}
+static at::Tensor logcumsumexp(const at::Tensor& self, int64_t dim) {
+  at::Tensor out = at::empty_like(self, at::MemoryFormat::Contiguous);
+  return scan_out(TPU_OP_LOGCUMSUMEXP, self, dim, out);
+}
+// cummax / cummin: PyTorch's composite has checked the dtypes, resized both
+// outputs and wrapped dim; the kernel wants the indices laid out as values.
+static void cum_extreme(tpu_op op, const at::Tensor& self, at::Tensor& values, at::Tensor& indices, int64_t dim) {
+  bool same = values.strides().equals(indices.strides());
+  at::Tensor v = same ? values : at::empty(self.sizes(), values.options());
+  at::Tensor i = same ? indices : at::empty(self.sizes(), indices.options());
+  tpu_params p = TPU_PARAMS(CUMMAX, .dim = dim);  // CUMMIN packs the same
+  p.compute_dtype = to_tpu_dtype(self.scalar_type());
+  tpu_tensor ts[3] = {desc1d(v), desc1d(i), desc1d(self)};
+  submit(op, ts, 3, p);
+  if (!same) {
+    values.copy_(v);
+    indices.copy_(i);
+  }
+}
+static void cummax_helper(const at::Tensor& self, at::Tensor& values, at::Tensor& indices, int64_t dim) {
+  cum_extreme(TPU_OP_CUMMAX, self, values, indices, dim);
+}
+static void cummin_helper(const at::Tensor& self, at::Tensor& values, at::Tensor& indices, int64_t dim) {
+  cum_extreme(TPU_OP_CUMMIN, self, values, indices, dim);
 }
 
 }  // namespace at::tpu
@@ -723,12 +789,16 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("hardswish_", TORCH_FN(tpu_hardswish_));
 #undef ROW
   m.impl("logical_not.out", TORCH_FN(logical_not_out));
+  m.impl("polygamma.out", TORCH_FN(polygamma_out));
+  m.impl("signbit.out", TORCH_FN(signbit_out));
   m.impl("gelu.out", TORCH_FN(gelu_out));
   m.impl("relu", TORCH_FN(relu));
   m.impl("relu_", TORCH_FN(relu_));
   m.impl("leaky_relu.out", TORCH_FN(leaky_relu_out));
   m.impl("softplus.out", TORCH_FN(softplus_out));
   m.impl("elu.out", TORCH_FN(elu_out));
+  m.impl("elu_backward.grad_input", TORCH_FN(elu_backward_out));
+  m.impl("round.decimals_out", TORCH_FN(round_decimals_out));
   m.impl("nan_to_num.out", TORCH_FN(nan_to_num_out));
   m.impl("clamp.out", TORCH_FN(clamp_out));
   m.impl("clamp_min.out", TORCH_FN(clamp_min_out));
@@ -758,6 +828,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 #undef ROW
   m.impl("add.out", TORCH_FN(add_out));
   m.impl("sub.out", TORCH_FN(sub_out));
+  m.impl("rsub.Tensor", TORCH_FN(rsub));
   m.impl("div.out", TORCH_FN(div_out));
   m.impl("div.out_mode", TORCH_FN(div_mode_out));
   m.impl("floor_divide", TORCH_FN(tpu_floor_divide));
@@ -822,4 +893,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("linalg_vector_norm.out", TORCH_FN(norm_out));
   m.impl("cumsum.out", TORCH_FN(cumsum_out));
   m.impl("cumprod.out", TORCH_FN(cumprod_out));
+  m.impl("_logcumsumexp", TORCH_FN(logcumsumexp));
+  m.impl("_logcumsumexp.out", TORCH_FN(logcumsumexp_out));
+  m.impl("_cummax_helper", TORCH_FN(cummax_helper));
+  m.impl("_cummin_helper", TORCH_FN(cummin_helper));
 }

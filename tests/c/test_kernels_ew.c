@@ -313,9 +313,11 @@ typedef struct gold_red {
     float want[5];
 } gold_red;
 
-/* Generated with PyTorch 2.13.0 (CPU, float32), inputs in gold_x/y/z/c. One
- * deliberate difference: gelu(inf) is inf here (the erf formula); PyTorch's
- * vectorized CPU kernel returns NaN there. */
+/* Generated with PyTorch 2.13.0 (CPU, float32), inputs in gold_x/y/z/c. Two
+ * deliberate differences: gelu(inf) is inf here (the erf formula); PyTorch's
+ * vectorized CPU kernel returns NaN there. hardtanh_backward at a NaN input is
+ * 0, as CPU's vectorized kernel gives (its scalar tail, which served these 12
+ * elements, passes the gradient through). */
 static const float gold_x[12] = {-2.5, -1.0, -0.5, -0.0, 0.0, 0.3, 1.0, 2.0, 3.7, NAN, INFINITY, -INFINITY};
 static const float gold_y[12] = {1.5, -2.0, 0.25, 3.0, -0.7, 2.0, -3.0, 0.5, 1.0, 2.0, -1.0, 0.4};
 static const float gold_z[12] = {0.2, 0.9, -1.1, 0.6, 0.0, 0.45, 1.5, -0.3, 0.8, 0.1, 0.3, 2.0};
@@ -723,7 +725,7 @@ static const gold_ew gold_f32[] = {
      "yx",
      {-1.0, 1.0, 0.0},
      {0, 0},
-     {0.0, 0.0, 0.25, 3.0, -0.699999988079071, 2.0, 0.0, 0.0, 0.0, 2.0, 0.0, 0.0}},
+     {0.0, 0.0, 0.25, 3.0, -0.699999988079071, 2.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0}},
     {TPU_OP_SOFTPLUS_BWD,
      "yx",
      {1.0, 20.0, 0.0},
@@ -765,6 +767,60 @@ static const gold_ew gold_f32[] = {
      {0, 0},
      {0.20000000298023224, -1.0, -1.100000023841858, 0.6000000238418579, 0.0, 0.44999998807907104, 1.0,
       -0.30000001192092896, 0.800000011920929, NAN, 0.30000001192092896, 0.4000000059604645}},
+    {TPU_OP_LGAMMA,
+     "x",
+     {0.0, 0.0, 0.0},
+     {0, 0},
+     {-0.056243717670440674, INFINITY, 1.2655121088027954, INFINITY, INFINITY, 1.0957978963851929, 0.0, 0.0,
+      1.4280723333358765, NAN, INFINITY, INFINITY}},
+    {TPU_OP_DIGAMMA,
+     "x",
+     {0.0, 0.0, 0.0},
+     {0, 0},
+     {1.1031566858291626, NAN, 0.03648991510272026, INFINITY, -INFINITY, -3.502523899078369, -0.5772159099578857,
+      0.4227842092514038, 1.1671537160873413, NAN, INFINITY, NAN}},
+    {TPU_OP_POLYGAMMA,
+     "x",
+     {3.0, 0.0, 0.0},
+     {0, 0},
+     {194.74789428710938, INFINITY, 193.40908813476562, INFINITY, INFINITY, 743.1416625976562, 6.493939399719238,
+      0.4939393997192383, 0.058279216289520264, NAN, NAN, INFINITY}},
+    {TPU_OP_POLYGAMMA,
+     "x",
+     {2.0, 0.0, 0.0},
+     {0, 0},
+     {-0.10820404440164566, -INFINITY, -0.8287966251373291, -INFINITY, -INFINITY, -75.27252960205078, -2.40411376953125,
+      -0.4041137993335724, -0.09539530426263809, NAN, NAN, -INFINITY}},
+    {TPU_OP_ERFINV,
+     "x",
+     {0.0, 0.0, 0.0},
+     {0, 0},
+     {NAN, -INFINITY, -0.4769362807273865, -0.0, 0.0, 0.27246272563934326, INFINITY, NAN, NAN, NAN, NAN, NAN}},
+    {TPU_OP_I0,
+     "x",
+     {0.0, 0.0, 0.0},
+     {0, 0},
+     {3.289839506149292, 1.2660659551620483, 1.063483476638794, 0.9999999403953552, 0.9999999403953552,
+      1.0226268768310547, 1.2660659551620483, 2.279585123062134, 8.738618850708008, NAN, NAN, NAN}},
+    {TPU_OP_I0E,
+     "x",
+     {0.0, 0.0, 0.0},
+     {0, 0},
+     {0.2700464725494385, 0.46575963497161865, 0.6450353264808655, 0.9999999403953552, 0.9999999403953552,
+      0.757580578327179, 0.46575963497161865, 0.3085083067417145, 0.216049462556839, NAN, 0.0, 0.0}},
+    {TPU_OP_I1,
+     "x",
+     {0.0, 0.0, 0.0},
+     {0, 0},
+     {-2.5167160034179688, -0.5651590824127197, -0.25789427757263184, 0.0, 0.0, 0.15169386565685272, 0.5651590824127197,
+      1.5906368494033813, 7.435746192932129, NAN, NAN, NAN}},
+    {TPU_OP_I1E,
+     "x",
+     {0.0, 0.0, 0.0},
+     {0, 0},
+     {-0.206584632396698, -0.207910418510437, -0.15642079710960388, 0.0, 0.0, 0.11237756907939911, 0.207910418510437,
+      0.2152692824602127, 0.18383784592151642, NAN, 0.0, -0.0}},
+    {TPU_OP_SIGNBIT, "x", {0.0, 0.0, 0.0}, {0, 0}, {1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0}},
 };
 static const int64_t gold_xi[8] = {-7, -3, -1, 0, 1, 2, 5, 9};
 static const int64_t gold_yi[8] = {2, -3, 4, 1, -2, 3, 2, -4};
@@ -793,6 +849,8 @@ static const gold_ew_i gold_i64[] = {
     {TPU_OP_LT, "xy", {0.0, 0.0, 0.0}, {0, 0}, {1, 0, 1, 1, 0, 1, 0, 0}},
     {TPU_OP_GE, "xy", {0.0, 0.0, 0.0}, {0, 0}, {0, 1, 0, 0, 1, 0, 1, 1}},
     {TPU_OP_LOGICAL_XOR, "xy", {0.0, 0.0, 0.0}, {0, 0}, {0, 0, 0, 1, 0, 0, 0, 0}},
+    {TPU_OP_GCD, "xy", {0.0, 0.0, 0.0}, {0, 0}, {1, 3, 1, 1, 1, 1, 1, 1}},
+    {TPU_OP_LCM, "xy", {0.0, 0.0, 0.0}, {0, 0}, {14, 3, 4, 0, 2, 6, 10, 36}},
 };
 static const float gold_m[15] = {0.5, -1.25, 2.0, 3.5, -0.75, 1.0, 1.0, -2.5, 0.25, 4.0, -3.0, 0.125, 0.5, NAN, 2.0};
 static const gold_red gold_reds[] = {
@@ -1575,31 +1633,49 @@ static void test_scan_ops(void) {
         {"0x5", 2, {0, 5}, LAY_CONTIG, LAY_CONTIG},         {"0-dim", 0, {0}, LAY_CONTIG, LAY_CONTIG},
         {"300x41", 2, {300, 41}, LAY_CONTIG, LAY_CONTIG},   {"41x300 out padded", 2, {41, 300}, LAY_CONTIG, LAY_PAD},
     };
-    for (int opi = 0; opi < 2; opi++) {
-        tpu_op op = opi ? TPU_OP_CUMPROD : TPU_OP_CUMSUM;
+    static const tpu_op ops[] = {TPU_OP_CUMSUM, TPU_OP_CUMPROD, TPU_OP_LOGCUMSUMEXP, TPU_OP_CUMMAX, TPU_OP_CUMMIN};
+    for (size_t opi = 0; opi < sizeof ops / sizeof ops[0]; opi++) {
+        tpu_op op = ops[opi];
+        bool prod = op == TPU_OP_CUMPROD, two = op == TPU_OP_CUMMAX || op == TPU_OP_CUMMIN;
         for (size_t di = 0; di < sizeof dts / sizeof dts[0]; di++) {
             bool flt = tpu_dtype_is_float(dts[di].in);
-            vgen g = flt ? (opi ? (vgen){0.8, 1.25, 0} : (vgen){-3, 3, 0}) : (vgen){opi ? -2 : -20, opi ? 2 : 20, 0};
+            if (op == TPU_OP_LOGCUMSUMEXP && !flt) continue;
+            if (two && dts[di].in != dts[di].out && dts[di].in != TPU_BOOL) continue;
+            tpu_dtype odt = two ? dts[di].in : dts[di].out;
+            vgen g = flt ? (prod ? (vgen){0.8, 1.25, 0} : (vgen){-3, 3, 0}) : (vgen){prod ? -2 : -20, prod ? 2 : 20, 0};
+            if (two && !flt) g = (vgen){-3, 3, 0}; /* ties */
             for (int spec = 0; spec < (flt ? 2 : 1); spec++) {
                 if (spec) g.flags |= G_SPECIAL;
                 for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
                     for (int dim = 0; dim < (shapes[si].nd ? shapes[si].nd : 1); dim++) {
                         snprintf(case_desc, sizeof case_desc, "%s %s -> %s dim %d shape %s%s", tpu_op_name(op),
-                                 tpu_dtype_name(dts[di].in), tpu_dtype_name(dts[di].out), dim, shapes[si].name,
+                                 tpu_dtype_name(dts[di].in), tpu_dtype_name(odt), dim, shapes[si].name,
                                  spec ? " specials" : "");
-                        hten in, of, orf;
+                        hten in, of, orf, xf, xr;
                         hmk(&in, dts[di].in, shapes[si].nd, shapes[si].sizes, shapes[si].in_lay, 0);
                         hgen(&in, &g);
-                        hmk(&of, dts[di].out, shapes[si].nd, shapes[si].sizes, shapes[si].out_lay, 0);
+                        hmk(&of, odt, shapes[si].nd, shapes[si].sizes, shapes[si].out_lay, 0);
                         hclone(&orf, &of);
+                        hmk(&xf, TPU_I64, shapes[si].nd, shapes[si].sizes, shapes[si].out_lay, 0);
+                        hclone(&xr, &xf);
                         tpu_params p;
                         memset(&p, 0, sizeof p);
                         p.i[0] = dim;
-                        tpu_tensor fo[2] = {of.t, in.t}, ro[2] = {orf.t, in.t};
-                        if (run_both(op, fo, ro, 2, &p)) hcmp(&of, &orf, false, 1);
+                        tpu_tensor fo[3] = {of.t, in.t}, ro[3] = {orf.t, in.t};
+                        if (two) {
+                            tpu_tensor fx[3] = {of.t, xf.t, in.t}, rx[3] = {orf.t, xr.t, in.t};
+                            memcpy(fo, fx, sizeof fx);
+                            memcpy(ro, rx, sizeof rx);
+                        }
+                        if (run_both(op, fo, ro, two ? 3 : 2, &p)) {
+                            hcmp(&of, &orf, false, 1);
+                            if (two) hcmp(&xf, &xr, false, 1);
+                        }
                         hfree(&in);
                         hfree(&of);
                         hfree(&orf);
+                        hfree(&xf);
+                        hfree(&xr);
                     }
                 }
             }

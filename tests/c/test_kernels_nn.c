@@ -684,6 +684,19 @@ static void gather_scatter_case(bool scatter, tpu_dtype dt, int ndim, const int6
         ops[0] = orf.t;
         run(true, TPU_OP_SCATTER, ops, 3, &p, NULL);
         hcmp("scatter", &of, &orf, 0, 0);
+        for (int red = 0; red < 3; red++) { /* scatter_reduce prod / amax / amin: in k order in both */
+            if (dt == TPU_BOOL) break;
+            hfree(&of);
+            hfree(&orf);
+            hclone(&of, &x);
+            hclone(&orf, &x);
+            p.i[1] = red;
+            ops[0] = of.t;
+            run(false, TPU_OP_SCATTER_REDUCE, ops, 3, &p, NULL);
+            ops[0] = orf.t;
+            run(true, TPU_OP_SCATTER_REDUCE, ops, 3, &p, NULL);
+            hcmp("scatter_reduce", &of, &orf, 0, 0);
+        }
         hfree(&src);
     }
     hfree(&x);
@@ -850,7 +863,8 @@ static void test_index_errors(void) {
                 hfill(&o, -1, 1);
                 hclone(&o0, &o);
                 tpu_tensor ops[3] = {o.t, x.t, ix.t};
-                if (op == TPU_OP_SCATTER_ADD || op == TPU_OP_INDEX_ADD || op == TPU_OP_SCATTER) {
+                if (op == TPU_OP_SCATTER_ADD || op == TPU_OP_INDEX_ADD || op == TPU_OP_SCATTER ||
+                    op == TPU_OP_SCATTER_REDUCE) {
                     ops[1] = ix.t;
                     ops[2] = x.t;
                     if (op == TPU_OP_INDEX_ADD) ops[2].sizes[0] = 3; /* src [3, 3] */

@@ -19,17 +19,19 @@
  *   even) FMOD ATAN2 POW HYPOT COPYSIGN; DIVFLOOR (PyTorch's floor
  *   division), REM (Python's modulus); ERF_GELU (erf where GELU uses it:
  *   the fast kernel may use the approximation PyTorch's vectorized GELU
- *   uses); SEL(c, a, b) (c ? a : b on values, both computed), MAXN / MINN
+ *   uses); LGAMMA DIGAMMA POLYGAMMA(n, x) ERFINV BESSEL_I(nu, scaled, x)
+ *   (base/specfun-impl.h), SIGNBIT; SEL(c, a, b) (c ? a : b on values, both computed), MAXN / MINN
  *   (NaN-propagating); K(v) (a constant of type T).
  * Integer domain (T int64_t, wrapping like the narrow C++ types): WADD WSUB
  *   WMUL WNEG; IDIV_TRUNC IDIV_FLOOR IFMOD IREM (a zero divisor sets
- *   expr_err); IPOW; SEL, MAXN, MINN as above.
+ *   expr_err); IPOW; IGCD ILCM; SEL, MAXN, MINN as above.
  * Pure functions only: no state but expr_err. Plain data, the base floor. */
 #ifndef TPU_EXPR_IMPL_H
 #define TPU_EXPR_IMPL_H
 #include <math.h>
 #include <stdint.h>
 #include <stdbool.h>
+#include "base/specfun-impl.h"
 
 #define TPU_SQRT1_2   0.70710678118654752440 /* 1/sqrt(2) */
 #define TPU_SQRT2_PI  0.79788456080286535588 /* sqrt(2/pi) */
@@ -91,6 +93,22 @@ static inline int64_t tpu_max_i(int64_t a, int64_t b) { return a > b ? a : b; }
 static inline int64_t tpu_min_i(int64_t a, int64_t b) { return a < b ? a : b; }
 
 static inline int64_t tpu_wrap(uint64_t v) { return (int64_t)v; }
+static inline int64_t tpu_igcd(int64_t a, int64_t b) { /* PyTorch's Euclid on |a|, |b| (|INT64_MIN| wraps) */
+    a = a < 0 ? tpu_wrap(0u - (uint64_t)a) : a;
+    b = b < 0 ? tpu_wrap(0u - (uint64_t)b) : b;
+    while (a != 0) {
+        int64_t t = a == -1 ? 0 : b % a;
+        b = a;
+        a = t;
+    }
+    return b;
+}
+static inline int64_t tpu_ilcm(int64_t a, int64_t b) { /* |a / gcd * b|, 0 when both are 0 */
+    int64_t g = tpu_igcd(a, b);
+    if (g == 0) return 0;
+    int64_t v = tpu_wrap((uint64_t)(g == -1 ? tpu_wrap(0u - (uint64_t)a) : a / g) * (uint64_t)b);
+    return v < 0 ? tpu_wrap(0u - (uint64_t)v) : v;
+}
 static inline int64_t tpu_ipow(int64_t b, int64_t e) { /* negative e: 1 / b^|e| truncated */
     if (e < 0) return b == 1 ? 1 : b == -1 ? ((e & 1) ? -1 : 1) : 0;
     uint64_t r = 1, x = (uint64_t)b;
@@ -125,54 +143,62 @@ static inline int64_t tpu_imod(int64_t a, int64_t b, bool python, int *err) {
 }
 
 /* ---- the vocabulary: reference definitions ---- */
-#define K(v)              ((T)(v))
-#define TPU_M1_(fn, v)    _Generic((v), float: fn##f, default: fn)(v)
-#define TPU_M2_(fn, a, b) _Generic((a), float: fn##f, default: fn)(a, b)
-#define EXP(v)            TPU_M1_(exp, v)
-#define EXP2(v)           TPU_M1_(exp2, v)
-#define EXPM1(v)          TPU_M1_(expm1, v)
-#define LOG(v)            TPU_M1_(log, v)
-#define LOG2(v)           TPU_M1_(log2, v)
-#define LOG10(v)          TPU_M1_(log10, v)
-#define LOG1P(v)          TPU_M1_(log1p, v)
-#define SQRT(v)           TPU_M1_(sqrt, v)
-#define SIN(v)            TPU_M1_(sin, v)
-#define COS(v)            TPU_M1_(cos, v)
-#define TAN(v)            TPU_M1_(tan, v)
-#define ASIN(v)           TPU_M1_(asin, v)
-#define ACOS(v)           TPU_M1_(acos, v)
-#define ATAN(v)           TPU_M1_(atan, v)
-#define SINH(v)           TPU_M1_(sinh, v)
-#define COSH(v)           TPU_M1_(cosh, v)
-#define TANH(v)           TPU_M1_(tanh, v)
-#define ASINH(v)          TPU_M1_(asinh, v)
-#define ACOSH(v)          TPU_M1_(acosh, v)
-#define ATANH(v)          TPU_M1_(atanh, v)
-#define ERF(v)            TPU_M1_(erf, v)
-#define ERFC(v)           TPU_M1_(erfc, v)
-#define ERF_GELU(v)       ERF(v)
-#define FABS(v)           TPU_M1_(fabs, v)
-#define FLOOR(v)          TPU_M1_(floor, v)
-#define CEIL(v)           TPU_M1_(ceil, v)
-#define TRUNC(v)          TPU_M1_(trunc, v)
-#define RINT(v)           TPU_M1_(nearbyint, v)
-#define FMOD(a, b)        TPU_M2_(fmod, a, b)
-#define ATAN2(a, b)       TPU_M2_(atan2, a, b)
-#define POW(a, b)         TPU_M2_(pow, a, b)
-#define HYPOT(a, b)       TPU_M2_(hypot, a, b)
-#define COPYSIGN(a, b)    TPU_M2_(copysign, a, b)
-#define DIVFLOOR(a, b)    _Generic((a), float: tpu_divfloor_f, default: tpu_divfloor_d)(a, b)
-#define REM(a, b)         _Generic((a), float: tpu_rem_f, default: tpu_rem_d)(a, b)
-#define SEL(c, a, b)      ((c) ? (a) : (b))
-#define MAXN(a, b)        _Generic((a), float: tpu_maxn_f, double: tpu_maxn_d, default: tpu_max_i)(a, b)
-#define MINN(a, b)        _Generic((a), float: tpu_minn_f, double: tpu_minn_d, default: tpu_min_i)(a, b)
-#define WADD(a, b)        tpu_wrap((uint64_t)(a) + (uint64_t)(b))
-#define WSUB(a, b)        tpu_wrap((uint64_t)(a) - (uint64_t)(b))
-#define WMUL(a, b)        tpu_wrap((uint64_t)(a) * (uint64_t)(b))
-#define WNEG(a)           tpu_wrap(0u - (uint64_t)(a))
-#define IDIV_TRUNC(a, b)  tpu_idiv(a, b, false, &expr_err)
-#define IDIV_FLOOR(a, b)  tpu_idiv(a, b, true, &expr_err)
-#define IFMOD(a, b)       tpu_imod(a, b, false, &expr_err)
-#define IREM(a, b)        tpu_imod(a, b, true, &expr_err)
-#define IPOW(a, b)        tpu_ipow(a, b)
+#define K(v)               ((T)(v))
+#define TPU_M1_(fn, v)     _Generic((v), float: fn##f, default: fn)(v)
+#define TPU_M2_(fn, a, b)  _Generic((a), float: fn##f, default: fn)(a, b)
+#define EXP(v)             TPU_M1_(exp, v)
+#define EXP2(v)            TPU_M1_(exp2, v)
+#define EXPM1(v)           TPU_M1_(expm1, v)
+#define LOG(v)             TPU_M1_(log, v)
+#define LOG2(v)            TPU_M1_(log2, v)
+#define LOG10(v)           TPU_M1_(log10, v)
+#define LOG1P(v)           TPU_M1_(log1p, v)
+#define SQRT(v)            TPU_M1_(sqrt, v)
+#define SIN(v)             TPU_M1_(sin, v)
+#define COS(v)             TPU_M1_(cos, v)
+#define TAN(v)             TPU_M1_(tan, v)
+#define ASIN(v)            TPU_M1_(asin, v)
+#define ACOS(v)            TPU_M1_(acos, v)
+#define ATAN(v)            TPU_M1_(atan, v)
+#define SINH(v)            TPU_M1_(sinh, v)
+#define COSH(v)            TPU_M1_(cosh, v)
+#define TANH(v)            TPU_M1_(tanh, v)
+#define ASINH(v)           TPU_M1_(asinh, v)
+#define ACOSH(v)           TPU_M1_(acosh, v)
+#define ATANH(v)           TPU_M1_(atanh, v)
+#define ERF(v)             TPU_M1_(erf, v)
+#define ERFC(v)            TPU_M1_(erfc, v)
+#define ERF_GELU(v)        ERF(v)
+#define LGAMMA(v)          _Generic((v), float: tpu_lgammaf, default: tpu_lgamma)(v)
+#define DIGAMMA(v)         ((T)tpu_digamma((double)(v)))
+#define POLYGAMMA(n, v)    ((T)tpu_polygamma((double)(n), (double)(v)))
+#define ERFINV(v)          ((T)tpu_erfinv((double)(v)))
+#define BESSEL_I(nu, s, v) ((T)tpu_bessel_i(nu, (double)(v), s))
+#define SIGNBIT(v)         ((T)(signbit(v) != 0))
+#define FABS(v)            TPU_M1_(fabs, v)
+#define FLOOR(v)           TPU_M1_(floor, v)
+#define CEIL(v)            TPU_M1_(ceil, v)
+#define TRUNC(v)           TPU_M1_(trunc, v)
+#define RINT(v)            TPU_M1_(nearbyint, v)
+#define FMOD(a, b)         TPU_M2_(fmod, a, b)
+#define ATAN2(a, b)        TPU_M2_(atan2, a, b)
+#define POW(a, b)          TPU_M2_(pow, a, b)
+#define HYPOT(a, b)        TPU_M2_(hypot, a, b)
+#define COPYSIGN(a, b)     TPU_M2_(copysign, a, b)
+#define DIVFLOOR(a, b)     _Generic((a), float: tpu_divfloor_f, default: tpu_divfloor_d)(a, b)
+#define REM(a, b)          _Generic((a), float: tpu_rem_f, default: tpu_rem_d)(a, b)
+#define SEL(c, a, b)       ((c) ? (a) : (b))
+#define MAXN(a, b)         _Generic((a), float: tpu_maxn_f, double: tpu_maxn_d, default: tpu_max_i)(a, b)
+#define MINN(a, b)         _Generic((a), float: tpu_minn_f, double: tpu_minn_d, default: tpu_min_i)(a, b)
+#define WADD(a, b)         tpu_wrap((uint64_t)(a) + (uint64_t)(b))
+#define WSUB(a, b)         tpu_wrap((uint64_t)(a) - (uint64_t)(b))
+#define WMUL(a, b)         tpu_wrap((uint64_t)(a) * (uint64_t)(b))
+#define WNEG(a)            tpu_wrap(0u - (uint64_t)(a))
+#define IDIV_TRUNC(a, b)   tpu_idiv(a, b, false, &expr_err)
+#define IDIV_FLOOR(a, b)   tpu_idiv(a, b, true, &expr_err)
+#define IFMOD(a, b)        tpu_imod(a, b, false, &expr_err)
+#define IREM(a, b)         tpu_imod(a, b, true, &expr_err)
+#define IPOW(a, b)         tpu_ipow(a, b)
+#define IGCD(a, b)         tpu_igcd(a, b)
+#define ILCM(a, b)         tpu_ilcm(a, b)
 #endif

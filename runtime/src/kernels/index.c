@@ -10,6 +10,7 @@
  *   scatter_add   out[.., j, ..] += src[.., k, ..]   j = index[.., k, ..]
  *   scatter       out[.., j, ..]  = src[.., k, ..]   j = index[.., k, ..]
  *   index_add     out[.., j, ..] += a*src[.., k, ..] j = index[k]
+ *   scatter_reduce out[.., j, ..] = out (*, max, min) src[.., k, ..], j = index[.., k, ..]
  * Every index is checked before anything is written. Positions that differ
  * outside `dim` never touch the same destination element, so work is split
  * over (outer position, block of inner positions), and each item runs k in
@@ -38,6 +39,7 @@ typedef struct ix_plan {
     bool d_by_idx; /* dst (else src) addressed by j along dim */
     bool var_idx;  /* index varies with every position */
     bool accumulate;
+    int red; /* SCATTER_REDUCE: 1 + its reduce parameter (prod, amax, amin); 0 otherwise */
     tpu_dtype dt, idt;
     size_t es;
     double alpha;
@@ -54,8 +56,31 @@ __attribute__((noinline)) static void ix_add_f16(uint16_t *q, uint16_t s, float 
     *q = tpu_tile_f32_to_f16(tpu_tile_f16_to_f32(*q) + a * tpu_tile_f16_to_f32(s));
 }
 
+/* dst[d] = dst[d] (*, max, min) src[s] as PyTorch's scatter_reduce computes it
+ * in the dtype (a product of two halves or floats is exact in double, so one
+ * rounding equals theirs); a NaN in src wins, one in dst stays. */
+__attribute__((noinline)) static void ix_reduce(const ix_plan *p, int64_t d, int64_t s) {
+    char *dp = p->db + (size_t)d * p->es;
+    const char *sp = p->sb + (size_t)s * p->es;
+    if (tpu_dtype_is_float(p->dt)) {
+        double a = tpu_load_f64(dp, p->dt), b = tpu_load_f64(sp, p->dt);
+        double r = p->red == 1 ? a * b : b != b ? b : p->red == 2 ? (a < b ? b : a) : (b < a ? b : a);
+        tpu_store_f64(dp, p->dt, r);
+    } else {
+        int64_t a = tpu_load_i64(dp, p->dt), b = tpu_load_i64(sp, p->dt);
+        int64_t r = p->red == 1   ? (int64_t)((uint64_t)a * (uint64_t)b)
+                    : p->red == 2 ? (a < b ? b : a)
+                                  : (b < a ? b : a);
+        tpu_store_i64(dp, p->dt, r);
+    }
+}
+
 /* dst[d] (+)= src[s] for one element of dtype p->dt. */
 static inline void ix_elem(const ix_plan *p, int64_t d, int64_t s) {
+    if (p->red) {
+        ix_reduce(p, d, s);
+        return;
+    }
     if (!p->accumulate) {
         memcpy(p->db + (size_t)d * p->es, p->sb + (size_t)s * p->es, p->es);
         return;
@@ -143,6 +168,10 @@ static void ix_run_const(const ix_plan *p, int64_t L, int64_t d, int64_t dl, int
 static void ix_run_var(const ix_plan *p, int64_t L, int64_t d, int64_t dl, int64_t s, int64_t sl, int64_t ii,
                        int64_t il) {
     int64_t jd = p->d_by_idx ? p->dst[p->dim] : 0, js = p->d_by_idx ? 0 : p->sst[p->dim];
+    if (p->red) {
+        IX_VAR(ix_reduce(p, de, se));
+        return;
+    }
     if (!p->accumulate) {
         switch (p->es) {
         case 8: IX_COPY(uint64_t); break;
@@ -313,7 +342,8 @@ tpu_status tpu_k_index(tpu_kargs *a) {
     if (a->op < TPU_OP_INDEX_SELECT || a->op > TPU_OP_INDEX_ADD || a->n != 3)
         return tpu_kernel_fail(a, "%s: not an index op or wrong operand count %d", tpu_op_name(a->op), a->n);
     bool select_like = a->op == TPU_OP_INDEX_SELECT || a->op == TPU_OP_INDEX_ADD;
-    bool scatter = a->op == TPU_OP_SCATTER_ADD || a->op == TPU_OP_INDEX_ADD || a->op == TPU_OP_SCATTER;
+    bool scatter = a->op == TPU_OP_SCATTER_ADD || a->op == TPU_OP_INDEX_ADD || a->op == TPU_OP_SCATTER ||
+                   a->op == TPU_OP_SCATTER_REDUCE;
     tpu_tensor out, ix, x; /* x: the read tensor (input for select/gather, src for the adds) */
     ix_view(&out, &a->t[0]);
     ix_view(&ix, &a->t[scatter ? 1 : 2]);
@@ -349,6 +379,11 @@ tpu_status tpu_k_index(tpu_kargs *a) {
     p.d_by_idx = scatter;
     p.var_idx = !select_like;
     p.accumulate = scatter && a->op != TPU_OP_SCATTER;
+    if (a->op == TPU_OP_SCATTER_REDUCE) {
+        int64_t r = tpu_unpack_SCATTER_REDUCE(&a->p).reduce;
+        if (r < 0 || r > 2) return tpu_kernel_fail(a, "%s: reduce %lld is not 0, 1 or 2", name, (long long)r);
+        p.red = 1 + (int)r;
+    }
     p.dt = (tpu_dtype)out.dtype;
     p.idt = (tpu_dtype)ix.dtype;
     p.es = tpu_dtype_size(p.dt);

@@ -22,8 +22,9 @@
  * finalization: VAR/STD are two-pass (mean, then squared deviations),
  * LOGSUMEXP is max then sum(exp(x - max)). Floats accumulate in double,
  * SUM/PROD/AMAX/AMIN of integer to integer in wrapping int64.
- * Scans walk each line in order (inherently serial); when the scan runs across
- * a contiguous inner dim, RED_CHUNK lines advance together. */
+ * Scans (cumsum, cumprod, logcumsumexp, cummax / cummin with indices) walk
+ * each line in order (inherently serial); when the scan runs across a
+ * contiguous inner dim, RED_CHUNK lines advance together. */
 #include "kernels/kernels-impl.h"
 #include "kernels/tile-impl.h"
 #include <math.h>
@@ -895,10 +896,16 @@ tpu_status tpu_k_reduce(tpu_kargs *a) {
 
 /* ---- scans ---- */
 
+/* What a scan folds: CUMSUM, CUMPROD, LOGCUMSUMEXP (floats), CUMMAX / CUMMIN
+ * (values and the index each came from: ties and NaN take the later index,
+ * a NaN stays, as PyTorch's kernels do). */
+enum { SCAN_SUM, SCAN_PROD, SCAN_LSE, SCAN_MAX, SCAN_MIN };
+
 typedef struct scan_ctx {
-    bool idom, prod;
+    bool idom;
+    int kind;
     const char *in;
-    char *out;
+    char *out, *idx; /* idx: CUMMAX / CUMMIN's int64 indices, out's strides */
     tpu_dtype idt, odt;
     size_t ies, oes;
     int64_t len, sin, sout; /* the scanned dim */
@@ -907,6 +914,36 @@ typedef struct scan_ctx {
     int64_t nlines;
     bool columns;
 } scan_ctx;
+
+/* log(e^x + e^y) as PyTorch's scan accumulates it (equal infinities stay). */
+static inline double scan_lse(double x, double y) {
+    double mn = y != y ? y : (y < x ? y : x), mx = y != y ? y : (x < y ? y : x);
+    return (mn != mx || isfinite(mn)) ? mx + log1p(exp(mn - mx)) : x;
+}
+static inline void scan_step_f(int kind, double *acc, int64_t *at, double v, int64_t k) {
+    switch (kind) {
+    case SCAN_SUM: *acc += v; break;
+    case SCAN_PROD: *acc *= v; break;
+    case SCAN_LSE: *acc = scan_lse(*acc, v); break;
+    default:
+        if (k == 0 || v != v || (*acc == *acc && (kind == SCAN_MAX ? v >= *acc : v <= *acc))) {
+            *acc = v;
+            *at = k;
+        }
+    }
+}
+static inline void scan_step_i(int kind, int64_t *acc, int64_t *at, int64_t v, int64_t k) {
+    switch (kind) {
+    case SCAN_SUM: *acc = (int64_t)((uint64_t)*acc + (uint64_t)v); break;
+    case SCAN_PROD: *acc = (int64_t)((uint64_t)*acc * (uint64_t)v); break;
+    default:
+        if (k == 0 || (kind == SCAN_MAX ? v >= *acc : v <= *acc)) {
+            *acc = v;
+            *at = k;
+        }
+    }
+}
+static double scan_init(int kind) { return kind == SCAN_PROD ? 1 : kind == SCAN_LSE ? -INFINITY : 0; }
 
 static void scan_line_offsets(const scan_ctx *c, int64_t line, int64_t *io, int64_t *oo) {
     *io = 0;
@@ -923,25 +960,30 @@ static void scan_line_offsets(const scan_ctx *c, int64_t line, int64_t *io, int6
 static void scan_line(const scan_ctx *c, int64_t line) {
     int64_t io, oo;
     scan_line_offsets(c, line, &io, &oo);
-    double bd[RED_CHUNK], accd = c->prod ? 1 : 0;
-    int64_t bi[RED_CHUNK];
-    uint64_t acci = c->prod ? 1 : 0;
+    double bd[RED_CHUNK], accd = scan_init(c->kind);
+    int64_t bi[RED_CHUNK], bx[RED_CHUNK], acci = (int64_t)accd, at = 0;
     for (int64_t k = 0; k < c->len; k += RED_CHUNK) {
         int64_t m = c->len - k < RED_CHUNK ? c->len - k : RED_CHUNK;
         const char *src = c->in + (size_t)(io + k * c->sin) * c->ies;
-        char *dst = c->out + (size_t)(oo + k * c->sout) * c->oes;
+        size_t off = (size_t)(oo + k * c->sout);
         if (c->idom) {
             tpu_tile_load_i64(bi, src, c->sin, m, c->idt);
             for (int64_t i = 0; i < m; i++) {
-                acci = c->prod ? acci * (uint64_t)bi[i] : acci + (uint64_t)bi[i];
-                bi[i] = (int64_t)acci;
+                scan_step_i(c->kind, &acci, &at, bi[i], k + i);
+                bi[i] = acci;
+                bx[i] = at;
             }
-            tpu_tile_store_i64(dst, c->sout, bi, m, c->odt);
+            tpu_tile_store_i64(c->out + off * c->oes, c->sout, bi, m, c->odt);
         } else {
             tpu_tile_load_f64(bd, src, c->sin, m, c->idt);
-            for (int64_t i = 0; i < m; i++) bd[i] = accd = c->prod ? accd * bd[i] : accd + bd[i];
-            tpu_tile_store_f64(dst, c->sout, bd, m, c->odt);
+            for (int64_t i = 0; i < m; i++) {
+                scan_step_f(c->kind, &accd, &at, bd[i], k + i);
+                bd[i] = accd;
+                bx[i] = at;
+            }
+            tpu_tile_store_f64(c->out + off * c->oes, c->sout, bd, m, c->odt);
         }
+        if (c->idx) tpu_tile_store_i64(c->idx + off * 8, c->sout, bx, m, TPU_I64);
     }
 }
 
@@ -951,25 +993,25 @@ static void scan_columns(const scan_ctx *c, int64_t t) {
     int64_t col0 = (t % nblk) * RED_CHUNK, m = K - col0 < RED_CHUNK ? K - col0 : RED_CHUNK, io, oo;
     scan_line_offsets(c, (t / nblk) * K + col0, &io, &oo);
     double accd[RED_CHUNK], bd[RED_CHUNK];
-    int64_t acci[RED_CHUNK], bi[RED_CHUNK];
+    int64_t acci[RED_CHUNK], bi[RED_CHUNK], at[RED_CHUNK];
     for (int64_t j = 0; j < m; j++) {
-        accd[j] = c->prod ? 1 : 0;
-        acci[j] = c->prod ? 1 : 0;
+        accd[j] = scan_init(c->kind);
+        acci[j] = (int64_t)accd[j];
+        at[j] = 0;
     }
     for (int64_t k = 0; k < c->len; k++) {
         const char *src = c->in + (size_t)(io + k * c->sin) * c->ies;
-        char *dst = c->out + (size_t)(oo + k * c->sout) * c->oes;
+        size_t off = (size_t)(oo + k * c->sout);
         if (c->idom) {
             tpu_tile_load_i64(bi, src, 1, m, c->idt);
-            for (int64_t j = 0; j < m; j++)
-                acci[j] =
-                    (int64_t)(c->prod ? (uint64_t)acci[j] * (uint64_t)bi[j] : (uint64_t)acci[j] + (uint64_t)bi[j]);
-            tpu_tile_store_i64(dst, 1, acci, m, c->odt);
+            for (int64_t j = 0; j < m; j++) scan_step_i(c->kind, &acci[j], &at[j], bi[j], k);
+            tpu_tile_store_i64(c->out + off * c->oes, 1, acci, m, c->odt);
         } else {
             tpu_tile_load_f64(bd, src, 1, m, c->idt);
-            for (int64_t j = 0; j < m; j++) accd[j] = c->prod ? accd[j] * bd[j] : accd[j] + bd[j];
-            tpu_tile_store_f64(dst, 1, accd, m, c->odt);
+            for (int64_t j = 0; j < m; j++) scan_step_f(c->kind, &accd[j], &at[j], bd[j], k);
+            tpu_tile_store_f64(c->out + off * c->oes, 1, accd, m, c->odt);
         }
+        if (c->idx) tpu_tile_store_i64(c->idx + off * 8, 1, at, m, TPU_I64);
     }
 }
 
@@ -983,18 +1025,25 @@ static void scan_task(void *ctx, int64_t b, int64_t e) {
     }
 }
 
-/* The scanned dim and the coalesced line dims. */
+/* The scanned dim and the coalesced line dims. Operands: (out, in), or
+ * (values, indices, in) for CUMMAX / CUMMIN with indices laid out as values. */
 static tpu_status scan_setup(scan_ctx *c, tpu_kargs *a) {
-    const tpu_tensor *o = &a->t[0], *in = &a->t[1];
-    if (tpu_op_family_of(a->op) != TPU_FAM_SCAN || a->n != 2 || o->ndim != in->ndim || in->is_scalar)
+    bool two = a->op == TPU_OP_CUMMAX || a->op == TPU_OP_CUMMIN;
+    const tpu_tensor *o = &a->t[0], *in = &a->t[two ? 2 : 1], *ix = two ? &a->t[1] : NULL;
+    if (tpu_op_family_of(a->op) != TPU_FAM_SCAN || a->n != (two ? 3 : 2) || o->ndim != in->ndim || in->is_scalar)
         return tpu_kernel_fail(a, "%s: expected out and input of the same rank", tpu_op_name(a->op));
     int nd = in->ndim;
-    int64_t d0 = tpu_unpack_CUMSUM(&a->p).dim; /* CUMPROD: the same column */
+    int64_t d0 = tpu_unpack_CUMSUM(&a->p).dim; /* every scan: the same column */
     int64_t dim = d0 < 0 ? d0 + nd : d0;
     if (nd > 0 && (dim < 0 || dim >= nd))
         return tpu_kernel_fail(a, "%s: dim %lld out of range", tpu_op_name(a->op), (long long)d0);
     for (int d = 0; d < nd; d++)
         if (o->sizes[d] != in->sizes[d]) return tpu_kernel_fail(a, "%s: output shape differs", tpu_op_name(a->op));
+    if (ix) {
+        bool same = ix->dtype == TPU_I64 && ix->ndim == nd;
+        for (int d = 0; same && d < nd; d++) same = ix->sizes[d] == o->sizes[d] && ix->strides[d] == o->strides[d];
+        if (!same) return tpu_kernel_fail(a, "%s: indices must be int64 laid out as values", tpu_op_name(a->op));
+    }
     memset(c, 0, sizeof *c);
     c->idt = (tpu_dtype)in->dtype;
     c->odt = (tpu_dtype)o->dtype;
@@ -1002,8 +1051,13 @@ static tpu_status scan_setup(scan_ctx *c, tpu_kargs *a) {
     c->oes = tpu_dtype_size(c->odt);
     c->in = (const char *)in->base + (size_t)in->offset * c->ies;
     c->out = (char *)o->base + (size_t)o->offset * c->oes;
+    c->idx = ix ? (char *)ix->base + (size_t)ix->offset * 8 : NULL;
     c->idom = !tpu_dtype_is_float(c->idt) && !tpu_dtype_is_float(c->odt);
-    c->prod = a->op == TPU_OP_CUMPROD;
+    c->kind = a->op == TPU_OP_CUMPROD        ? SCAN_PROD
+              : a->op == TPU_OP_LOGCUMSUMEXP ? SCAN_LSE
+              : a->op == TPU_OP_CUMMAX       ? SCAN_MAX
+              : a->op == TPU_OP_CUMMIN       ? SCAN_MIN
+                                             : SCAN_SUM;
     c->len = nd ? in->sizes[dim] : 1;
     c->sin = nd ? in->strides[dim] : 0;
     c->sout = nd ? o->strides[dim] : 0;
@@ -1020,7 +1074,7 @@ static tpu_status scan_setup(scan_ctx *c, tpu_kargs *a) {
 tpu_status tpu_k_scan(tpu_kargs *a) {
     scan_ctx c;
     tpu_status st = scan_setup(&c, a);
-    int64_t numel = tpu_tensor_numel(&a->t[1]);
+    int64_t numel = tpu_tensor_numel(&a->t[a->n - 1]);
     if (st != TPU_OK || numel == 0) return st;
     c.nlines = numel / c.len;
     int64_t K = c.lsz[c.nl - 1], ntask = c.nlines;

@@ -434,7 +434,8 @@ tpu_status tpu_ref_index(tpu_kargs *a) {
     const tpu_tensor *out = &a->t[0];
     tpu_args_INDEX_ADD q = tpu_unpack_INDEX_ADD(&a->p); /* dim as in the other three; alpha: INDEX_ADD only */
     int dim = (int)q.dim;
-    bool scatter = a->op == TPU_OP_SCATTER_ADD || a->op == TPU_OP_INDEX_ADD || a->op == TPU_OP_SCATTER;
+    bool scatter = a->op == TPU_OP_SCATTER_ADD || a->op == TPU_OP_INDEX_ADD || a->op == TPU_OP_SCATTER ||
+                   a->op == TPU_OP_SCATTER_REDUCE;
     const tpu_tensor *ix = &a->t[scatter ? 1 : 2], *x = &a->t[scatter ? 2 : 1];
     /* the iteration tensor: its multi-index addresses every element once */
     const tpu_tensor *it = a->op == TPU_OP_INDEX_SELECT ? out : a->op == TPU_OP_INDEX_ADD ? x : ix;
@@ -471,6 +472,26 @@ tpu_status tpu_ref_index(tpu_kargs *a) {
             case TPU_OP_SCATTER_ADD: /* out[idx with dim = j] += src[idx] */
                 ref_accumulate(out, jdx, x, idx, 1.0);
                 break;
+            case TPU_OP_SCATTER_REDUCE: { /* out[idx with dim = j] = out (*, max, min) src[idx] */
+                int64_t red = tpu_unpack_SCATTER_REDUCE(&a->p).reduce;
+                void *dp = ref_ptr(out, ref_off(out, jdx));
+                const void *sp = ref_ptr(x, ref_off(x, idx));
+                tpu_dtype dt = (tpu_dtype)out->dtype;
+                if (red < 0 || red > 2) return tpu_kernel_fail(a, "scatter_reduce: reduce %lld", (long long)red);
+                if (tpu_dtype_is_float(dt)) {
+                    double u = tpu_load_f64(dp, dt), v = tpu_load_f64(sp, dt);
+                    if (red == 0)
+                        u *= v;
+                    else if (isnan(v) || (red == 1 ? v > u : v < u))
+                        u = v;
+                    tpu_store_f64(dp, dt, u);
+                } else {
+                    int64_t u = tpu_load_i64(dp, dt), v = tpu_load_i64(sp, dt);
+                    u = red == 0 ? (int64_t)((uint64_t)u * (uint64_t)v) : (red == 1 ? v > u : v < u) ? v : u;
+                    tpu_store_i64(dp, dt, u);
+                }
+                break;
+            }
             default: /* index_add */ ref_accumulate(out, jdx, x, idx, q.alpha); break;
             }
         }

@@ -240,46 +240,73 @@ tpu_status tpu_ref_red(tpu_kargs *a) {
 
 /* ---- scans ---- */
 
+/* CUMSUM, CUMPROD, LOGCUMSUMEXP; CUMMAX / CUMMIN also write the index of
+ * each running extreme (ties and NaN move it to the later element). */
 tpu_status tpu_ref_scan(tpu_kargs *a) {
-    const tpu_tensor *o = &a->t[0], *in = &a->t[1];
-    if (tpu_op_family_of(a->op) != TPU_FAM_SCAN || a->n != 2 || o->ndim != in->ndim || in->is_scalar)
+    bool two = a->op == TPU_OP_CUMMAX || a->op == TPU_OP_CUMMIN;
+    const tpu_tensor *o = &a->t[0], *in = &a->t[two ? 2 : 1], *ix = two ? &a->t[1] : NULL;
+    if (tpu_op_family_of(a->op) != TPU_FAM_SCAN || a->n != (two ? 3 : 2) || o->ndim != in->ndim || in->is_scalar)
         return tpu_kernel_fail(a, "%s: expected out and input of the same rank", tpu_op_name(a->op));
     int nd = in->ndim;
-    int64_t d0 = tpu_unpack_CUMSUM(&a->p).dim; /* CUMPROD: the same column */
+    int64_t d0 = tpu_unpack_CUMSUM(&a->p).dim; /* every scan: the same column */
     int64_t dim = d0 < 0 ? d0 + nd : d0;
     if (nd == 0)
         dim = 0;
     else if (dim < 0 || dim >= nd)
         return tpu_kernel_fail(a, "%s: dim %lld out of range", tpu_op_name(a->op), (long long)d0);
     for (int d = 0; d < nd; d++)
-        if (o->sizes[d] != in->sizes[d]) return tpu_kernel_fail(a, "%s: output shape differs", tpu_op_name(a->op));
+        if (o->sizes[d] != in->sizes[d] || (ix && ix->sizes[d] != in->sizes[d]))
+            return tpu_kernel_fail(a, "%s: output shape differs", tpu_op_name(a->op));
+    if (ix && (ix->dtype != TPU_I64 || ix->ndim != nd))
+        return tpu_kernel_fail(a, "%s: indices must be int64", tpu_op_name(a->op));
     bool idom = ref_red_is_int((tpu_dtype)in->dtype) && ref_red_is_int((tpu_dtype)o->dtype);
-    bool prod = a->op == TPU_OP_CUMPROD;
+    bool prod = a->op == TPU_OP_CUMPROD, lse = a->op == TPU_OP_LOGCUMSUMEXP, mx = a->op == TPU_OP_CUMMAX;
     int64_t len = nd ? in->sizes[dim] : 1, numel = tpu_tensor_numel(in);
     if (numel == 0) return TPU_OK;
     for (int64_t line = 0; line < numel / len; line++) {
-        int64_t rest = line, ioff = 0, ooff = 0;
+        int64_t rest = line, ioff = 0, ooff = 0, xoff = 0;
         for (int d = nd - 1; d >= 0; d--) {
             if (d == dim) continue;
             int64_t i = rest % in->sizes[d];
             rest /= in->sizes[d];
             ioff += i * in->strides[d];
             ooff += i * o->strides[d];
+            if (ix) xoff += i * ix->strides[d];
         }
-        double accd = prod ? 1 : 0;
+        double accd = prod ? 1 : lse ? -INFINITY : 0;
         uint64_t acci = prod ? 1 : 0;
+        int64_t at = 0;
         for (int64_t k = 0; k < len; k++) {
             const void *src = tpu_elem_ptr(in, ioff + (nd ? k * in->strides[dim] : 0));
             void *dst = tpu_elem_ptr(o, ooff + (nd ? k * o->strides[dim] : 0));
-            if (idom) {
+            if (two) {
+                double v = tpu_load_f64(src, (tpu_dtype)in->dtype);
+                int64_t vi = tpu_load_i64(src, (tpu_dtype)in->dtype);
+                bool take = k == 0 || (idom ? (mx ? vi >= (int64_t)acci : vi <= (int64_t)acci)
+                                            : (isnan(v) || (!isnan(accd) && (mx ? v >= accd : v <= accd))));
+                if (take) {
+                    accd = v;
+                    acci = (uint64_t)vi;
+                    at = k;
+                }
+                tpu_store_i64(tpu_elem_ptr(ix, xoff + (nd ? k * ix->strides[dim] : 0)), TPU_I64, at);
+            } else if (lse) {
+                double v = tpu_load_f64(src, (tpu_dtype)in->dtype), lo = fmin(accd, v), hi = fmax(accd, v);
+                if (isnan(v) || isnan(accd))
+                    accd = NAN;
+                else if (lo != hi || isfinite(lo))
+                    accd = hi + log1p(exp(lo - hi));
+            } else if (idom) {
                 uint64_t v = (uint64_t)tpu_load_i64(src, (tpu_dtype)in->dtype);
                 acci = prod ? acci * v : acci + v;
-                tpu_store_i64(dst, (tpu_dtype)o->dtype, (int64_t)acci);
             } else {
                 double v = tpu_load_f64(src, (tpu_dtype)in->dtype);
                 accd = prod ? accd * v : accd + v;
-                tpu_store_f64(dst, (tpu_dtype)o->dtype, accd);
             }
+            if (idom)
+                tpu_store_i64(dst, (tpu_dtype)o->dtype, (int64_t)acci);
+            else
+                tpu_store_f64(dst, (tpu_dtype)o->dtype, accd);
         }
     }
     return TPU_OK;
