@@ -145,26 +145,14 @@ void submit(tpu_op op, const tpu_tensor* operands, int n, const tpu_params& p) {
 // ---------------------------------------------------------------- the elementwise launch every op file uses
 c10::ScalarType default_float() { return c10::typeMetaToScalarType(c10::get_default_dtype()); }
 
-// PyTorch's CPU kernels see a host scalar of a bfloat16 / float16 op rounded to
-// that dtype (TensorIterator casts it), except add, sub, mul and div, which use
-// its value in float (original_scalar_value): bf16 0.80078125 > 0.8 is false.
+// PyTorch's CPU kernels see the host scalar of a binary bfloat16 / float16 op
+// rounded to that dtype (TensorIterator casts it: bf16 0.80078125 > 0.8 is
+// false, x + 0.8 adds 0.80078125), except mul and the divisions, which use its
+// value in float (original_scalar_value). Measured op by op against the CPU.
 static bool rounds_host_scalar(tpu_op op, c10::ScalarType compute) {
   if (compute != kBFloat16 && compute != kHalf) return false;
-  switch (op) {
-    case TPU_OP_EQ:
-    case TPU_OP_NE:
-    case TPU_OP_LT:
-    case TPU_OP_LE:
-    case TPU_OP_GT:
-    case TPU_OP_GE:
-    case TPU_OP_FMOD:
-    case TPU_OP_REMAINDER:
-    case TPU_OP_MAXIMUM:
-    case TPU_OP_MINIMUM:
-      return true;
-    default:
-      return false;
-  }
+  if (tpu_op_class_of(op) != TPU_CLASS_BINARY) return false;
+  return op != TPU_OP_MUL && op != TPU_OP_DIV && op != TPU_OP_DIV_TRUNC && op != TPU_OP_DIV_FLOOR;
 }
 
 void ew(tpu_op op, const at::Tensor& out, std::initializer_list<at::Tensor> ins, c10::ScalarType compute,

@@ -732,7 +732,8 @@ static at::Tensor& reduce_scattered(const at::Tensor& self, int64_t d, const at:
     device_copy(out, self);
   }
   if (index.numel() == 0) return out;
-  const bool mean = reduce == "mean", add = reduce == "sum" || mean, mx = reduce == "amax", mn = reduce == "amin";
+  const bool mean = reduce == "mean", add = reduce == "sum" || mean;
+  const bool mx = reduce == "amax" || reduce == "max", mn = reduce == "amin" || reduce == "min";  // (old names)
   if (!include_self) {
     c10::Scalar id = 0;
     if (reduce == "prod") id = 1;
@@ -766,7 +767,8 @@ static at::Tensor& reduce_scattered(const at::Tensor& self, int64_t d, const at:
 static at::Tensor& scatter_reduce_out(const at::Tensor& self, int64_t dim, const at::Tensor& index,
                                       const at::Tensor& src, c10::string_view reduce, bool include_self,
                                       at::Tensor& out) {
-  TORCH_CHECK(reduce == "sum" || reduce == "prod" || reduce == "mean" || reduce == "amax" || reduce == "amin",
+  TORCH_CHECK(reduce == "sum" || reduce == "prod" || reduce == "mean" || reduce == "amax" || reduce == "amin" ||
+                  reduce == "max" || reduce == "min",  // the CPU takes the old names too
               "reduce argument must be either sum, prod, mean, amax or amin, got ", reduce);
   TORCH_CHECK(index.numel() == 0 || index.scalar_type() == kLong, "scatter(): Expected dtype int64 for index");
   TORCH_CHECK(self.scalar_type() == src.scalar_type(), "scatter(): Expected self.dtype to be equal to src.dtype");

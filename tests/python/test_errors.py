@@ -173,3 +173,50 @@ def test_four_threads():
     for t in ts:
         t.join()
     assert not errors and all(results.values()) and len(results) == 4
+
+
+def _same_error(fn, *args, **kw):
+    """fn raises on the tpu what it raises on the CPU (type and message), given the same arguments."""
+    def run(dev):
+        moved = [a.to(dev) if isinstance(a, torch.Tensor) else a for a in args]
+        kws = {k: (v.to(dev) if isinstance(v, torch.Tensor) else v) for k, v in kw.items()}
+        try:
+            fn(*moved, **kws)
+        except Exception as e:  # noqa: BLE001 - compared below
+            return type(e), str(e).split("\n")[0]
+        return None
+    cpu, tpu = run("cpu"), run("tpu")
+    assert cpu is not None and cpu == tpu, (cpu, tpu)
+
+
+def test_checks_found_by_the_opinfo_sweep():
+    x = torch.randn(1, 1, 4)
+    _same_error(torch.nn.functional.max_pool2d, x, 2)   # output 1x0x2 (was rounded toward zero: a wrong shape)
+    _same_error(torch.nn.functional.gelu, x, approximate="asdf")
+    _same_error(lambda a, out: torch.amax(a, 0, out=out), x, torch.empty(0, dtype=torch.int32))
+    _same_error(lambda out: torch.arange(0, 64, 0.5, out=out), torch.empty(0, dtype=torch.int64))
+    _same_error(lambda a: torch.logcumsumexp(a, 3), torch.empty(0, 4))
+    _same_error(lambda a: a.scatter_reduce(0, torch.zeros(2, dtype=torch.long), a, "maximum"), torch.ones(3))
+    _same_error(lambda a: a.index_reduce(0, torch.zeros(2, dtype=torch.long), a[:2], "sum"), torch.ones(3))
+    # out= tensors that overlap themselves or an input
+    for dev in ("cpu", "tpu"):
+        a = torch.arange(6.0, device=dev)
+        ix = torch.tensor([0, 1, 2], device=dev)
+        for call in (lambda: torch.gather(a, 0, ix, out=a),
+                     lambda: torch.index_select(a, 0, ix, out=a[1:4]),
+                     lambda: torch.cat([a[:2], a[2:4]], out=a[1:5]),
+                     lambda: torch.masked_select(a, a > 2, out=a[:3]),
+                     lambda: torch.empty(1, device=dev).expand(4).bernoulli_(0.5)):
+            with pytest.raises(RuntimeError, match="unsupported operation"):
+                call()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_reduced_float_scalar_operands_round_as_cpu(dtype):
+    """TensorIterator casts a host scalar to a bf16 / f16 op's dtype, except for add / sub / mul / div."""
+    x = torch.tensor([0.80078125, 0.796875, 1.0, -0.3]).to(dtype)
+    t = x.to("tpu")
+    for f in (lambda a: a > 0.8, lambda a: a == 0.8, lambda a: a <= 0.8, lambda a: torch.fmod(a, 0.3),
+              lambda a: torch.remainder(a, 0.3), lambda a: a * 0.3, lambda a: a + 0.8, lambda a: a / 0.3,
+              lambda a: torch.maximum(a, torch.tensor(0.8)), lambda a: a > torch.tensor(0.8)):
+        assert torch.equal(f(t).cpu(), f(x))

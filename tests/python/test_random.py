@@ -326,6 +326,47 @@ def test_dropout_integer_input_raises_like_cpu():
         assert str(tpu.value).split("\n")[0] == str(cpu.value).split("\n")[0]
 
 
+# ---------------------------------------------------------------- exponential_ / rrelu (compositions in _decomp.py)
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_exponential_distribution(dtype, native_only):
+    lam = 2.0
+    x = torch.empty(N, dtype=dtype, device="tpu").exponential_(lam, generator=gen(31))
+    assert x.dtype == dtype and (x.cpu() >= 0).all()
+    check_moments(x, 1 / lam, 1 / lam ** 2, 9 / lam ** 4, f"exponential_ {dtype}")
+    assert ks_distance(x, lambda t: (1 - torch.exp(-lam * t)).clamp(min=0)) <= KS_C / math.sqrt(N)
+    assert torch.equal(x.cpu(), torch.empty(N, dtype=dtype, device="tpu").exponential_(lam, generator=gen(31)).cpu())
+    g = F.gumbel_softmax(torch.randn(8, 10, dtype=dtype, device="tpu"), tau=0.5, hard=True)
+    assert ((g.cpu() == 0) | (g.cpu() == 1)).all() and (g.cpu().sum(-1) == 1).all()
+    for bad in (0.0, -1.5):
+        with pytest.raises(RuntimeError) as cpu:
+            torch.empty(3, dtype=dtype).exponential_(bad)
+        with pytest.raises(RuntimeError) as tpu:
+            torch.empty(3, dtype=dtype, device="tpu").exponential_(bad)
+        assert str(tpu.value) == str(cpu.value)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_rrelu_training_slopes(dtype, native_only):
+    """Training: each x <= 0 scaled by a slope uniform in [lower, upper] (kept in noise, 1 elsewhere), which
+    is the gradient too; evaluation: the mean slope, as the CPU."""
+    x = torch.randn(N, dtype=dtype, device="tpu", requires_grad=True)
+    noise = torch.empty_like(x)
+    y = torch.ops.aten.rrelu_with_noise(x, noise, 0.1, 0.3, True, gen(32))
+    neg = (x <= 0).cpu()
+    nc = noise.detach().cpu()
+    slopes = nc[neg]
+    assert (nc[~neg] == 1).all() and (slopes >= 0.1).all() and (slopes.double() <= 0.3 + 1e-2).all()
+    assert ks_distance(slopes, uniform_cdf(0.1, 0.3)) <= KS_C / math.sqrt(slopes.numel())
+    torch.testing.assert_close(y.detach().cpu(), (x.detach().cpu().double() * nc.double()).to(dtype))
+    y.sum().backward()
+    assert torch.equal(x.grad.cpu(), nc)
+    again = torch.ops.aten.rrelu_with_noise(x.detach(), torch.empty_like(x), 0.1, 0.3, True, gen(32))
+    assert torch.equal(again.cpu(), y.detach().cpu())
+    xc = torch.randn(100, dtype=dtype)
+    torch.testing.assert_close(F.rrelu(xc.to("tpu"), 0.1, 0.3, training=False).cpu(), F.rrelu(xc, 0.1, 0.3))
+
+
 # ---------------------------------------------------------------- Philox counter semantics
 
 def test_counter_based_prefix_and_layout():
@@ -359,7 +400,6 @@ def test_successive_draws_differ_and_seed_repeats():
 FALLBACK_RANDOM = {
     "randperm": lambda g: torch.randperm(50, device="tpu", generator=g),
     "multinomial": lambda g: torch.multinomial(torch.ones(6, device="tpu"), 3, generator=g),
-    "exponential_": lambda g: torch.empty(64, device="tpu").exponential_(generator=g),
     "poisson": lambda g: torch.poisson(torch.full((64,), 3.0, device="tpu"), generator=g),
     "cauchy_": lambda g: torch.empty(64, device="tpu").cauchy_(generator=g),
 }
