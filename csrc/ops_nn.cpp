@@ -297,8 +297,10 @@ static void check_index(const at::Tensor& index, const char* name, bool empty_an
   TORCH_CHECK(false, name, "(): Expected dtype int32/int64 for index");
 }
 // An out= tensor that overlaps itself or an input: PyTorch's words (ATen/MemoryOverlap).
-static void check_out_overlap(const at::Tensor& out, std::initializer_list<at::Tensor> ins) {
-  at::assert_no_internal_overlap(out);
+// Out kernels that resize check the given tensor for internal overlap first and
+// the resized one against the inputs, in the CPU's order.
+static void check_out_overlap(const at::Tensor& out, std::initializer_list<at::Tensor> ins, bool internal = true) {
+  if (internal) at::assert_no_internal_overlap(out);
   for (const at::Tensor& t : ins)
     if (t.defined() && t.device() == out.device()) at::assert_no_overlap(out, t);
 }
@@ -312,8 +314,9 @@ static at::Tensor& index_select_out(const at::Tensor& self, int64_t dim, const a
   else
     TORCH_CHECK(index.numel() == 1, "index_select(): Index to scalar can have only 1 value, got ", index.numel(),
                 " value(s)");
+  at::assert_no_internal_overlap(out);
   at::native::resize_output(out, shape);
-  check_out_overlap(out, {self, index});  // after the resize, as the CPU checks
+  check_out_overlap(out, {self, index}, false);
   if (out.numel() == 0) return out;
   tpu_tensor ts[3] = {desc1d(out), desc1d(self), desc1d(index)};
   submit(TPU_OP_INDEX_SELECT, ts, 3, TPU_PARAMS(INDEX_SELECT, .dim = d));
@@ -665,8 +668,9 @@ static at::Tensor& gather_out(const at::Tensor& self, int64_t dim, const at::Ten
   check_index(index, "gather", true);
   TORCH_CHECK(out.scalar_type() == self.scalar_type(), "Expected out tensor to have dtype ", self.dtype(), ", but got ",
               out.dtype(), " instead");
+  at::assert_no_internal_overlap(out);
   at::native::resize_output(out, index.sizes());
-  check_out_overlap(out, {self, index});  // after the resize, as the CPU checks
+  check_out_overlap(out, {self, index}, false);
   if (out.numel() == 0) return out;
   tpu_tensor ts[3] = {desc1d(out), desc1d(self), desc1d(index)};
   submit(TPU_OP_GATHER, ts, 3, TPU_PARAMS(GATHER, .dim = at::maybe_wrap_dim(dim, std::max<int64_t>(self.dim(), 1))));

@@ -25,8 +25,12 @@ from conftest import assert_close
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+_MODE_ENV = {"debug": {"TORCH_TPU_LAUNCH_BLOCKING": "1"}, "fused": {"TORCH_TPU_DEFER_AND_FUSE": "1"}}
+
+
 def run_py(code, env=None, timeout=120):
     e = dict(os.environ)
+    e.update(_MODE_ENV.get(torch_tpu.get_eager_mode(), {}))   # the child runs in this test's eager mode
     e.update(env or {})
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=e, timeout=timeout,
                           cwd=ROOT)
