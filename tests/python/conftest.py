@@ -19,8 +19,15 @@ gc.collect()
 gc.freeze()
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "mode_independent: a process- or configuration-level test (its "
+                            "subprocess reads its own environment): runs once, in strict")
+
+
 @pytest.fixture(params=EAGER_MODES, autouse=True)
 def eager_mode(request):
+    if request.param != "strict" and request.node.get_closest_marker("mode_independent"):
+        pytest.skip("mode-independent: runs in strict only")
     torch_tpu.set_eager_mode(request.param)
     yield request.param
     torch.tpu.synchronize()

@@ -6,6 +6,12 @@ import os
 import subprocess
 import sys
 
+import pytest
+
+# Every test here runs a fresh process with its own environment (the variables under test):
+# the parent's eager mode does not reach it.
+pytestmark = pytest.mark.mode_independent
+
 _PROBE = """
 import json, sys, warnings
 import torch                                   # must not fail: the error comes at first use

@@ -125,6 +125,7 @@ def test_fallback_env_var():
     assert "NIE" in r.stdout and "bessel_j0" in r.stdout, r.stdout + r.stderr
 
 
+@pytest.mark.mode_independent
 def test_forked_child_cannot_reinit():
     r = run_py("""
         import os, torch
@@ -147,6 +148,7 @@ def _spawn_worker(q):
     q.put((torch.ones(3, device="tpu") * 2).sum().item())
 
 
+@pytest.mark.mode_independent
 def test_spawn_works():
     torch.ones(1, device="tpu")
     ctx = mp.get_context("spawn")
