@@ -689,6 +689,19 @@ static at::Tensor& scatter_add_out(const at::Tensor& self, int64_t dim, const at
          TPU_PARAMS(SCATTER_ADD, .dim = at::maybe_wrap_dim(dim, std::max<int64_t>(self.dim(), 1))));
   return out;
 }
+// scatter's and scatter_reduce's shape rules, in the CPU's words (d wrapped).
+static void check_scatter_shapes(const at::Tensor& self, int64_t d, const at::Tensor& index, const at::Tensor& src) {
+  if (index.numel() == 0) return;
+  TORCH_CHECK(std::max<int64_t>(index.dim(), 1) == std::max<int64_t>(self.dim(), 1),
+              "Index tensor must have the same number of dimensions as self tensor");
+  TORCH_CHECK(std::max<int64_t>(src.dim(), 1) == std::max<int64_t>(self.dim(), 1),
+              "Index tensor must have the same number of dimensions as src tensor");
+  bool ok = true;
+  for (int64_t i = 0; i < index.dim(); i++)
+    ok = ok && index.size(i) <= src.size(i) && (i == d || index.size(i) <= self.size(i));
+  TORCH_CHECK(ok, "Expected index ", index.sizes(), " to be no larger than self ", self.sizes(),
+              " apart from dimension ", d, " and to be no larger size than src ", src.sizes());
+}
 // scatter (a copy; the value form scatters a host scalar, filled to the
 // index's shape first). Checks in PyTorch's words (its structured meta does
 // not run for an out kernel registered here).
@@ -698,17 +711,7 @@ static at::Tensor& scatter_src_out(const at::Tensor& self, int64_t dim, const at
               "scatter(): Expected dtype int32/int64 for index");
   TORCH_CHECK(self.scalar_type() == src.scalar_type(), "scatter(): Expected self.dtype to be equal to src.dtype");
   int64_t d = at::maybe_wrap_dim(dim, std::max<int64_t>(self.dim(), 1));
-  if (index.numel() > 0) {
-    TORCH_CHECK(std::max<int64_t>(index.dim(), 1) == std::max<int64_t>(self.dim(), 1),
-                "Index tensor must have the same number of dimensions as self tensor");
-    TORCH_CHECK(std::max<int64_t>(src.dim(), 1) == std::max<int64_t>(self.dim(), 1),
-                "Index tensor must have the same number of dimensions as src tensor");
-    bool ok = true;
-    for (int64_t i = 0; i < index.dim(); i++)
-      ok = ok && index.size(i) <= src.size(i) && (i == d || index.size(i) <= self.size(i));
-    TORCH_CHECK(ok, "Expected index ", index.sizes(), " to be no larger than self ", self.sizes(),
-                " apart from dimension ", d, " and to be no larger size than src ", src.sizes());
-  }
+  check_scatter_shapes(self, d, index, src);
   if (!out.is_same(self)) {
     at::native::resize_output(out, self.sizes());
     device_copy(out, self);
@@ -777,17 +780,7 @@ static at::Tensor& scatter_reduce_out(const at::Tensor& self, int64_t dim, const
   TORCH_CHECK(index.numel() == 0 || index.scalar_type() == kLong, "scatter(): Expected dtype int64 for index");
   TORCH_CHECK(self.scalar_type() == src.scalar_type(), "scatter(): Expected self.dtype to be equal to src.dtype");
   int64_t d = at::maybe_wrap_dim(dim, std::max<int64_t>(self.dim(), 1));
-  if (index.numel() > 0) {
-    TORCH_CHECK(std::max<int64_t>(index.dim(), 1) == std::max<int64_t>(self.dim(), 1),
-                "Index tensor must have the same number of dimensions as self tensor");
-    TORCH_CHECK(std::max<int64_t>(src.dim(), 1) == std::max<int64_t>(self.dim(), 1),
-                "Index tensor must have the same number of dimensions as src tensor");
-    bool ok = true;
-    for (int64_t i = 0; i < index.dim(); i++)
-      ok = ok && index.size(i) <= src.size(i) && (i == d || index.size(i) <= self.size(i));
-    TORCH_CHECK(ok, "Expected index ", index.sizes(), " to be no larger than self ", self.sizes(),
-                " apart from dimension ", d, " and to be no larger size than src ", src.sizes());
-  }
+  check_scatter_shapes(self, d, index, src);
   if (!out.is_same(self)) check_out_overlap(out, {self, index, src});
   return reduce_scattered(self, d, index, src, reduce, include_self, out);
 }
