@@ -315,6 +315,27 @@ static void test_philox_vectors(void) {
     uint32_t c2[4] = {0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}, k2[2] = {0xa4093822u, 0x299f31d0u};
     tpu_philox4x32_10(c2, k2, out);
     CHECK(out[0] == 0xd16cfe09u && out[1] == 0x94fdccebu && out[2] == 0x5001e420u && out[3] == 0x24126ea1u);
+
+    /* The batched forms (AVX2 where the CPU has it, and portable C) equal
+     * one block at a time: every count 1..40 (partial sets of 8 and 16),
+     * counters that carry into the high word, keys with both halves set. */
+    static const uint64_t g0s[] = {0, 5, 0xfffffff9ull, 0x123456789abcdefull}, seeds[] = {0, 0x9e3779b97f4a7c15ull};
+    uint32_t fast[4 * 41], port[4 * 41], one[4];
+    int bad = 0;
+    for (int gi = 0; gi < 4; gi++)
+        for (int si = 0; si < 2; si++)
+            for (int nb = 1; nb <= 40; nb++) {
+                fast[4 * nb] = port[4 * nb] = 0xdeadbeefu; /* past the end: untouched */
+                tpu_philox_blocks(seeds[si], 77, g0s[gi], nb, fast);
+                tpu_philox_blocks_portable(seeds[si], 77, g0s[gi], nb, port);
+                bad += fast[4 * nb] != 0xdeadbeefu || port[4 * nb] != 0xdeadbeefu;
+                for (int b = 0; b < nb; b++) {
+                    tpu_philox_block(seeds[si], 77, g0s[gi] + (uint64_t)b, one);
+                    for (int j = 0; j < 4; j++) bad += fast[4 * b + j] != one[j] || port[4 * b + j] != one[j];
+                }
+            }
+    CHECK(bad == 0);
+    if (!__builtin_cpu_supports("avx2")) printf("  (no AVX2 on this CPU: the AVX2 Philox path was not tested)\n");
 }
 
 /* Fast kernels against references, on host buffers (kernel-level). */
@@ -447,13 +468,14 @@ static void test_random_vs_ref(void) {
  * that are not floats; the fast kernel equals the reference. */
 static void test_random_batched_vs_element(void) {
     double ranges[][2] = {{0, 1}, {-3, 5}, {1, 1.0000001}, {2, 2}};
-    double probs[] = {0.3, 0.9, 0.5, 1.0, 0.0, 1.0 / 3};
+    double probs[] = {0.3, 0.9,     0.5,        1.0,
+                      0.0, 1.0 / 3, 0.99999999, 0x1.8p-23 + 1e-20}; /* (the last: just above 3 * 2^-24) */
     tpu_dtype dts[] = {TPU_F32, TPU_BF16, TPU_F16, TPU_BOOL};
     int64_t n = 5003;
     float out[1100];
     for (int op = 0; op < 2; op++)
         for (int d = 0; d < 4; d++)
-            for (int c = 0; c < (op ? 6 : 4); c++) {
+            for (int c = 0; c < (op ? 8 : 4); c++) {
                 tpu_dtype dt = dts[d];
                 if (op == 0 && dt == TPU_BOOL) continue;
                 size_t es = tpu_dtype_size(dt);

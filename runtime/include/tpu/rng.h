@@ -19,6 +19,9 @@ void tpu_philox_block(uint64_t seed, uint64_t offset, uint64_t g, uint32_t out[4
 /* Blocks g0 .. g0 + nb - 1 of tpu_philox_block(seed, offset, .) into
  * out[4 * nb], in order: the batched form (vectorized). */
 void tpu_philox_blocks(uint64_t seed, uint64_t offset, uint64_t g0, int nb, uint32_t *out);
+/* The same in portable C whatever the CPU (tests compare it with the above,
+ * which takes an AVX2 path where the CPU has one). */
+void tpu_philox_blocks_portable(uint64_t seed, uint64_t offset, uint64_t g0, int nb, uint32_t *out);
 /* Uniform float in [0, 1) from 24 bits / double from 53 bits (inline: the
  * batched fills vectorize them). */
 static inline float tpu_u32_to_unit_float(uint32_t x) { return (float)(x >> 8) * (1.0f / 16777216.0f); }

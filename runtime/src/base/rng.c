@@ -28,20 +28,24 @@ void tpu_philox4x32_10(const uint32_t ctr_in[4], const uint32_t key_in[2], uint3
     out[3] = c3;
 }
 
+/* Counters of blocks g0 + b0 .. g0 + b0 + 7 into c0..c3 (lane k: block k). */
+static inline void philox_counters(uint64_t offset, uint64_t g, uint32_t *c0, uint32_t *c1, uint32_t *c2,
+                                   uint32_t *c3) {
+    for (int k = 0; k < 8; k++) {
+        c0[k] = (uint32_t)(g + (uint64_t)k);
+        c1[k] = (uint32_t)((g + (uint64_t)k) >> 32);
+        c2[k] = (uint32_t)offset;
+        c3[k] = (uint32_t)(offset >> 32);
+    }
+}
+
 /* Eight blocks at once, each lane one block: the same rounds as
- * tpu_philox4x32_10 in 8-lane loops, which the AVX2 / AVX-512 clones run as
- * vector multiplies (one block at a time the chain of dependent 32x32
- * multiplies was most of a random fill's time). */
-TPU_TARGET_CLONES void tpu_philox_blocks(uint64_t seed, uint64_t offset, uint64_t g0, int nb, uint32_t *out) {
+ * tpu_philox4x32_10 in 8-lane loops (the portable form; compilers turn its
+ * 32x32->64 multiplies into poor vector code, hence the AVX2 form below). */
+static void philox_blocks_c(uint64_t seed, uint64_t offset, uint64_t g0, int nb, uint32_t *out) {
     for (int b0 = 0; b0 < nb; b0 += 8) {
         uint32_t c0[8], c1[8], c2[8], c3[8];
-        for (int k = 0; k < 8; k++) {
-            uint64_t g = g0 + (uint64_t)(b0 + k);
-            c0[k] = (uint32_t)g;
-            c1[k] = (uint32_t)(g >> 32);
-            c2[k] = (uint32_t)offset;
-            c3[k] = (uint32_t)(offset >> 32);
-        }
+        philox_counters(offset, g0 + (uint64_t)b0, c0, c1, c2, c3);
         uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
         for (int r = 0; r < 10; r++) {
             for (int k = 0; k < 8; k++) {
@@ -62,6 +66,101 @@ TPU_TARGET_CLONES void tpu_philox_blocks(uint64_t seed, uint64_t offset, uint64_
             out[4 * (b0 + k) + 3] = c3[k];
         }
     }
+}
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(TPU_NO_CLONES)
+#include <immintrin.h>
+#define PHILOX_AVX2 1
+
+/* hi and lo 32 bits of c * m in each of 8 lanes (vpmuludq multiplies the
+ * even lanes; the odd ones are shifted down first). */
+__attribute__((target("avx2"))) static inline void mul_hilo(__m256i c, __m256i m, __m256i *hi, __m256i *lo) {
+    __m256i pe = _mm256_mul_epu32(c, m), po = _mm256_mul_epu32(_mm256_srli_epi64(c, 32), m);
+    *lo = _mm256_blend_epi32(pe, _mm256_slli_epi64(po, 32), 0xAA);
+    *hi = _mm256_blend_epi32(_mm256_srli_epi64(pe, 32), po, 0xAA);
+}
+
+/* Sixteen blocks per pass as two independent sets of eight lanes (one
+ * set's chain of dependent multiplies leaves the core idle), the words
+ * transposed to block order for the store. Bit-identical to the C form
+ * (tests/c/test_kernels_ew.c compares every block). */
+__attribute__((target("avx2"))) static void philox_blocks_avx2(uint64_t seed, uint64_t offset, uint64_t g0, int nb,
+                                                               uint32_t *out) {
+    const __m256i m0 = _mm256_set1_epi32((int)PHILOX_M0), m1 = _mm256_set1_epi32((int)PHILOX_M1);
+    for (int b0 = 0; b0 < nb; b0 += 16) {
+        __m256i c0[2], c1[2], c2[2], c3[2];
+        for (int s = 0; s < 2; s++) {
+            uint64_t g = g0 + (uint64_t)(b0 + 8 * s);
+            if ((uint32_t)g <= 0xffffffffu - 7) { /* no carry into the high word inside the set */
+                c0[s] =
+                    _mm256_add_epi32(_mm256_set1_epi32((int)(uint32_t)g), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+                c1[s] = _mm256_set1_epi32((int)(uint32_t)(g >> 32));
+            } else {
+                _Alignas(32) uint32_t a0[8], a1[8], a2[8], a3[8];
+                philox_counters(offset, g, a0, a1, a2, a3);
+                c0[s] = _mm256_load_si256((const __m256i *)a0);
+                c1[s] = _mm256_load_si256((const __m256i *)a1);
+            }
+            c2[s] = _mm256_set1_epi32((int)(uint32_t)offset);
+            c3[s] = _mm256_set1_epi32((int)(uint32_t)(offset >> 32));
+        }
+        /* both sets in named registers, rounds unrolled (arrays indexed in
+         * a loop were kept in memory) */
+        __m256i a0 = c0[0], a1 = c1[0], a2 = c2[0], a3 = c3[0], d0 = c0[1], d1 = c1[1], d2 = c2[1], d3 = c3[1];
+        uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+#pragma GCC unroll 10
+        for (int r = 0; r < 10; r++) {
+            __m256i vk0 = _mm256_set1_epi32((int)k0), vk1 = _mm256_set1_epi32((int)k1), h0, l0, h1, l1, e0, f0, e1, f1;
+            mul_hilo(a0, m0, &h0, &l0);
+            mul_hilo(a2, m1, &h1, &l1);
+            mul_hilo(d0, m0, &e0, &f0);
+            mul_hilo(d2, m1, &e1, &f1);
+            a0 = _mm256_xor_si256(_mm256_xor_si256(h1, a1), vk0);
+            a2 = _mm256_xor_si256(_mm256_xor_si256(h0, a3), vk1);
+            a1 = l1;
+            a3 = l0;
+            d0 = _mm256_xor_si256(_mm256_xor_si256(e1, d1), vk0);
+            d2 = _mm256_xor_si256(_mm256_xor_si256(e0, d3), vk1);
+            d1 = f1;
+            d3 = f0;
+            k0 += PHILOX_W0;
+            k1 += PHILOX_W1;
+        }
+        c0[0] = a0, c1[0] = a1, c2[0] = a2, c3[0] = a3, c0[1] = d0, c1[1] = d1, c2[1] = d2, c3[1] = d3;
+        for (int s = 0; s < 2; s++) {
+            int b = b0 + 8 * s;
+            if (b >= nb) break;
+            __m256i t0 = _mm256_unpacklo_epi32(c0[s], c1[s]), t1 = _mm256_unpackhi_epi32(c0[s], c1[s]);
+            __m256i t2 = _mm256_unpacklo_epi32(c2[s], c3[s]), t3 = _mm256_unpackhi_epi32(c2[s], c3[s]);
+            __m256i u0 = _mm256_unpacklo_epi64(t0, t2), u1 = _mm256_unpackhi_epi64(t0, t2); /* blocks 0|4, 1|5 */
+            __m256i u2 = _mm256_unpacklo_epi64(t1, t3), u3 = _mm256_unpackhi_epi64(t1, t3); /* blocks 2|6, 3|7 */
+            __m256i w[4] = {_mm256_permute2x128_si256(u0, u1, 0x20), _mm256_permute2x128_si256(u2, u3, 0x20),
+                            _mm256_permute2x128_si256(u0, u1, 0x31), _mm256_permute2x128_si256(u2, u3, 0x31)};
+            if (nb - b >= 8) {
+                for (int q = 0; q < 4; q++) _mm256_storeu_si256((__m256i *)(out + 4 * b + 8 * q), w[q]);
+            } else {
+                _Alignas(32) uint32_t tmp[32];
+                for (int q = 0; q < 4; q++) _mm256_store_si256((__m256i *)(tmp + 8 * q), w[q]);
+                for (int k = 0; k < 4 * (nb - b); k++) out[4 * b + k] = tmp[k];
+            }
+        }
+    }
+}
+#endif
+
+void tpu_philox_blocks(uint64_t seed, uint64_t offset, uint64_t g0, int nb, uint32_t *out) {
+#ifdef PHILOX_AVX2
+    if (__builtin_cpu_supports("avx2")) {
+        philox_blocks_avx2(seed, offset, g0, nb, out);
+        return;
+    }
+#endif
+    philox_blocks_c(seed, offset, g0, nb, out);
+}
+
+/* The portable form whatever the CPU (tests compare the two). */
+void tpu_philox_blocks_portable(uint64_t seed, uint64_t offset, uint64_t g0, int nb, uint32_t *out) {
+    philox_blocks_c(seed, offset, g0, nb, out);
 }
 
 void tpu_philox_block(uint64_t seed, uint64_t offset, uint64_t g, uint32_t out[4]) {

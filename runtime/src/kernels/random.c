@@ -3,7 +3,6 @@
  * the compute workers, with a block cache and a contiguous store. */
 #include "kernels/kernels-impl.h"
 #include <stdatomic.h>
-#include <string.h>
 
 static bool is_contiguous(const tpu_tensor *t) {
     int64_t st = 1;
@@ -27,14 +26,12 @@ static void chunk(void *ctx, int64_t b, int64_t e) {
     bool scalar_p = a->op != TPU_OP_RAND_BERNOULLI || a->n < 2 || a->t[1].is_scalar;
     if (is_contiguous(o) && scalar_p && (o->dtype == TPU_F32 || o->dtype == TPU_BOOL)) {
         double p = a->n > 1 ? a->t[1].f : tpu_unpack_RAND_BERNOULLI(&a->p).p; /* used by bernoulli only */
-        float buf[1024];
-        for (int64_t i = b; i < e; i += 1024) { /* uniform and bernoulli: Philox blocks in batches */
-            int m = e - i < 1024 ? (int)(e - i) : 1024;
-            if (!tpu_random_floats(a, i, m, p, buf)) break;
-            if (o->dtype == TPU_F32)
-                memcpy((float *)o->base + o->offset + i, buf, (size_t)m * sizeof *buf);
-            else
-                for (int k = 0; k < m; k++) ((uint8_t *)o->base)[o->offset + i + k] = buf[k] != 0;
+        for (int64_t i = b; i < e; i += 1 << 14) { /* uniform and bernoulli: Philox blocks in batches */
+            int m = e - i < 1 << 14 ? (int)(e - i) : 1 << 14;
+            if (o->dtype == TPU_BOOL && a->op == TPU_OP_RAND_BERNOULLI)
+                tpu_random_bernoulli_bytes(a, i, m, p, (uint8_t *)o->base + o->offset + i);
+            else if (o->dtype != TPU_F32 || !tpu_random_floats(a, i, m, p, (float *)o->base + o->offset + i))
+                break;
             b = i + m;
         }
         for (int64_t i = b; i < e; i++) {

@@ -50,6 +50,8 @@ void tpu_random_element(const tpu_kargs *a, int64_t i, tpu_rand_cache *cache, do
  * batches: for uniform of a float32 / float16 / bfloat16 output and
  * bernoulli with probability p (false, nothing written: another op). */
 bool tpu_random_floats(const tpu_kargs *a, int64_t pos, int n, double p, float *out);
+/* The same for bernoulli with probability p into bytes 0 / 1 (a bool output). */
+void tpu_random_bernoulli_bytes(const tpu_kargs *a, int64_t pos, int n, double p, uint8_t *out);
 /* Parameter checks shared by both kernels (from < to); fails the launch. */
 tpu_status tpu_random_check(tpu_kargs *a);
 /* The failure for a tensor of probabilities with a value outside [0, 1] (NaN included). */

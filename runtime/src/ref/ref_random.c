@@ -116,24 +116,41 @@ void tpu_random_element(const tpu_kargs *a, int64_t i, tpu_rand_cache *cache, do
     }
 }
 
+/* The Philox words of elements pos, pos + 1, ... of a one-word-per-element
+ * fill, as many as one batch holds (at most n): *x points at the first,
+ * the count is returned. */
+enum { RAND_BATCH_BLOCKS = 64 };
+static int fill_words(const tpu_kargs *a, int64_t pos, int n, uint32_t w[4 * RAND_BATCH_BLOCKS], const uint32_t **x) {
+    tpu_args_RAND_INT s = tpu_unpack_RAND_INT(&a->p);
+    int lane = (int)(pos % 4), m = n < 4 * RAND_BATCH_BLOCKS - lane ? n : 4 * RAND_BATCH_BLOCKS - lane;
+    tpu_philox_blocks((uint64_t)s.seed, (uint64_t)s.offset, (uint64_t)pos / 4, (lane + m + 3) / 4, w);
+    *x = w + lane;
+    return m;
+}
+
+/* Bernoulli as the element function decides it, in integers: u = (w >> 8)
+ * * 2^-24 exactly, so u < p iff (w >> 8) < ceil(p * 2^24) (the scaling by a
+ * power of two is exact; NaN and p <= 0 give 0: never). */
+static uint32_t bernoulli_limit(double p) {
+    if (!(p > 0)) return 0;
+    if (p >= 1) return 1u << 24;
+    return (uint32_t)ceil(p * 16777216.0);
+}
+
 TPU_TARGET_CLONES bool tpu_random_floats(const tpu_kargs *a, int64_t pos, int n, double p, float *out) {
     tpu_dtype dt = (tpu_dtype)a->t[0].dtype;
     bool uni = a->op == TPU_OP_RAND_UNIFORM && dt != TPU_F64;
     if (!uni && a->op != TPU_OP_RAND_BERNOULLI) return false; /* one 32-bit word per element: these two */
-    tpu_args_RAND_INT s = tpu_unpack_RAND_INT(&a->p);
     double from = 0, to = 0;
     if (uni) { /* uniform_in, its bounds rounded once */
         tpu_args_RAND_UNIFORM q = tpu_unpack_RAND_UNIFORM(&a->p);
         from = round_to(dt, q.from);
         to = round_to(dt, q.to);
     }
-    enum { BLOCKS = 64 };
-    uint32_t w[4 * BLOCKS];
+    uint32_t w[4 * RAND_BATCH_BLOCKS], lim = bernoulli_limit(p);
     for (int j0 = 0; j0 < n;) {
-        int64_t i = pos + j0;
-        int lane = (int)(i % 4), m = n - j0 < 4 * BLOCKS - lane ? n - j0 : 4 * BLOCKS - lane;
-        tpu_philox_blocks((uint64_t)s.seed, (uint64_t)s.offset, (uint64_t)i / 4, (lane + m + 3) / 4, w);
-        const uint32_t *x = w + lane;
+        const uint32_t *x;
+        int m = fill_words(a, pos + j0, n - j0, w, &x);
         float *o = out + j0;
         if (uni) { /* uniform_in's steps, in passes of fixed-count blocks (they vectorize at -O2) */
             int j = 0;
@@ -155,25 +172,21 @@ TPU_TARGET_CLONES bool tpu_random_floats(const tpu_kargs *a, int64_t pos, int n,
                     if (o[j] >= to) o[j] = lo;
             }
         } else {
-            /* u < p for a float u and a double p is u < pf, or u <= pf when
-             * pf (the largest float not above p) is below p */
-            int j = 0;
-            float pf = (float)p;
-            if ((double)pf > p) pf = nextafterf(pf, -INFINITY);
-            bool le = (double)pf != p;
-            if (p == p && fabs(p) < 1e30) {
-                if (le)
-                    for (; j + 8 <= m; j += 8)
-                        for (int k = j; k < j + 8; k++) o[k] = tpu_u32_to_unit_float(x[k]) <= pf ? 1.0f : 0.0f;
-                else
-                    for (; j + 8 <= m; j += 8)
-                        for (int k = j; k < j + 8; k++) o[k] = tpu_u32_to_unit_float(x[k]) < pf ? 1.0f : 0.0f;
-            }
-            for (; j < m; j++) o[j] = tpu_u32_to_unit_float(x[j]) < p ? 1.0f : 0.0f;
+            for (int j = 0; j < m; j++) o[j] = (x[j] >> 8) < lim ? 1.0f : 0.0f;
         }
         j0 += m;
     }
     return true;
+}
+
+TPU_TARGET_CLONES void tpu_random_bernoulli_bytes(const tpu_kargs *a, int64_t pos, int n, double p, uint8_t *out) {
+    uint32_t w[4 * RAND_BATCH_BLOCKS], lim = bernoulli_limit(p);
+    for (int j0 = 0; j0 < n;) {
+        const uint32_t *x;
+        int m = fill_words(a, pos + j0, n - j0, w, &x);
+        for (int j = 0; j < m; j++) out[j0 + j] = (x[j] >> 8) < lim;
+        j0 += m;
+    }
 }
 
 /* Bernoulli with a tensor of probabilities: p read at the same position. */
