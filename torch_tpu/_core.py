@@ -72,12 +72,14 @@ def fused_stats() -> dict:
     that never reached memory), ``bytes_never_materialized`` (device
     memory freed without ever being bound), ``plan_cache_hits`` and
     ``plan_cache_misses`` (a flush whose window has the structure of an
-    earlier one reuses its plan: no analysis)."""
+    earlier one reuses its plan: no analysis), ``groups_by_table`` (fused
+    groups over one 8- or 16-bit tensor run as a lookup table: see the
+    README; ``TORCH_TPU_FUSED_TABLES=0`` turns that off)."""
     v = torch.ops.torch_tpu.fused_stats()
     causes = torch.ops.torch_tpu.flush_causes()
     rest = v[len(causes):]
     names = ["ops_recorded", "ops_fused", "fused_groups_run", "kernels_run", "results_never_stored",
-             "bytes_never_materialized", "plan_cache_hits", "plan_cache_misses"]
+             "bytes_never_materialized", "plan_cache_hits", "plan_cache_misses", "groups_by_table"]
     out = {"flushes": dict(zip(causes, v[:len(causes)]))}
     out.update(zip(names, rest))
     return out

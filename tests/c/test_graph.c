@@ -157,6 +157,122 @@ static void test_every_fusible_op_matches_strict(void) {
     CHECK(nops > 100);
 }
 
+/* ---- lookup tables: every op over every 16-bit input ---- */
+
+/* c = op(op(op(x, s1, s2))) with host scalars s1, s2 and x holding every
+ * bit pattern of dt four times (so the group qualifies for a table); NULL
+ * if the op refuses host scalars (its launch fails). */
+static unsigned char *run_table_chain(tpu_op op, tpu_dtype dt, tpu_eager_mode mode, size_t *bytes) {
+    CHECK_OK(tpu_set_eager_mode(mode));
+    int64_t sz[1] = {4 << 16};
+    const tpu_op_info *in = &tpu_op_infos[op];
+    int nin = in->nin_min;
+    tpu_dtype odt = (in->dtypes & DT_PRED) ? TPU_BOOL : dt;
+    tpu_tensor x = dev_tensor(dt, 1, sz, NULL), a = like(&x, odt), b = like(&x, odt), c = like(&x, odt);
+    uint16_t *bits = malloc((size_t)sz[0] * 2);
+    for (int64_t i = 0; i < sz[0]; i++) bits[i] = (uint16_t)(i * 40503u); /* every pattern, shuffled */
+    CHECK_OK(tpu_memcpy(x.base, bits, (size_t)sz[0] * 2, TPU_COPY_H2D, NULL));
+    free(bits);
+    tpu_params p = test_params(op);
+    p.compute_dtype = dt;
+    tpu_tensor s1 = tpu_tensor_scalar_f(0.75, TPU_F64), s2 = tpu_tensor_scalar_f(-1.5, TPU_F64);
+    tpu_tensor o1[4] = {a, x, s1, s2}, o2[4] = {b, a, s1, s2}, o3[4] = {c, b, s1, s2};
+    bool ok = tpu_launch(NULL, op, o1, 1 + nin, &p) == TPU_OK && tpu_launch(NULL, op, o2, 1 + nin, &p) == TPU_OK &&
+              tpu_launch(NULL, op, o3, 1 + nin, &p) == TPU_OK;
+    CHECK_OK(tpu_free(a.base));
+    CHECK_OK(tpu_free(b.base));
+    CHECK_OK(tpu_stream_synchronize(tpu_stream_current(0)));
+    *bytes = (size_t)sz[0] * tpu_dtype_size(odt);
+    unsigned char *h = ok ? download(&c) : NULL;
+    CHECK_OK(tpu_free(x.base));
+    CHECK_OK(tpu_free(c.base));
+    return h;
+}
+
+static void test_tables_match_strict(void) {
+    const tpu_dtype dts[] = {TPU_BF16, TPU_F16};
+    int npairs = 0, refused = 0;
+    for (int op = 0; op < TPU_OP_COUNT; op++) {
+        if (!fusible_kind((tpu_op)op)) continue;
+        for (size_t d = 0; d < sizeof dts / sizeof *dts; d++) {
+            if (!(tpu_op_infos[op].dtypes & (1u << dts[d]))) continue;
+            size_t nb_s = 0, nb_f = 0;
+            tpu_fused_stats s0, s1;
+            unsigned char *hs = run_table_chain((tpu_op)op, dts[d], TPU_EAGER_STRICT, &nb_s);
+            if (!hs) {
+                refused++;
+                continue;
+            }
+            tpu_fused_get_stats(&s0);
+            unsigned char *hf = run_table_chain((tpu_op)op, dts[d], TPU_EAGER_FUSED, &nb_f);
+            tpu_fused_get_stats(&s1);
+            CHECK_OK(tpu_set_eager_mode(TPU_EAGER_STRICT));
+            CHECK_MSG(hf && nb_s == nb_f && memcmp(hs, hf, nb_s) == 0, "%s %s: table result differs from strict",
+                      tpu_op_name((tpu_op)op), tpu_dtype_name(dts[d]));
+            CHECK_MSG(s1.groups_by_table == s0.groups_by_table + 1, "%s %s: not run as a table",
+                      tpu_op_name((tpu_op)op), tpu_dtype_name(dts[d]));
+            free(hs);
+            free(hf);
+            npairs++;
+        }
+    }
+    printf("     %d (op, dtype) pairs run as tables over all 65536 inputs (%d refuse host scalars)\n", npairs, refused);
+    CHECK(npairs > 80);
+
+    /* off: the same window runs the usual way */
+    tpu_set_fused_tables(false);
+    tpu_fused_stats s0, s1;
+    size_t nb_s = 0, nb_f = 0;
+    unsigned char *hs = run_table_chain(TPU_OP_MUL, TPU_BF16, TPU_EAGER_STRICT, &nb_s);
+    tpu_fused_get_stats(&s0);
+    unsigned char *hf = run_table_chain(TPU_OP_MUL, TPU_BF16, TPU_EAGER_FUSED, &nb_f);
+    tpu_fused_get_stats(&s1);
+    tpu_set_fused_tables(true);
+    CHECK_OK(tpu_set_eager_mode(TPU_EAGER_STRICT));
+    CHECK(hs && hf && memcmp(hs, hf, nb_s) == 0);
+    CHECK(s1.groups_by_table == s0.groups_by_table && s1.groups_run == s0.groups_run + 1);
+    free(hs);
+    free(hf);
+}
+
+/* A bool input (a dropout mask scaled, shifted, squared) indexes a table of
+ * 256 entries; two stored results; a tensor too small for a table does not. */
+static void test_tables_bool_input_and_size(void) {
+    for (int big = 0; big < 2; big++) {
+        unsigned char *res[2][2];
+        size_t nb = 0;
+        tpu_fused_stats s0, s1;
+        for (int m = 0; m < 2; m++) {
+            if (m) tpu_fused_get_stats(&s0);
+            CHECK_OK(tpu_set_eager_mode(m ? TPU_EAGER_FUSED : TPU_EAGER_STRICT));
+            int64_t sz[1] = {big ? 5000 : 1000};
+            static double mv[5000];
+            for (int i = 0; i < 5000; i++) mv[i] = i % 3 == 0;
+            tpu_tensor mask = dev_tensor(TPU_BOOL, 1, sz, mv), a = like(&mask, TPU_F32), b = like(&mask, TPU_F32),
+                       c = like(&mask, TPU_BF16);
+            tpu_tensor o1[] = {a, mask, tpu_tensor_scalar_f(1 / 0.9, TPU_F64)};
+            tpu_tensor o2[] = {b, a, tpu_tensor_scalar_f(-0.25, TPU_F64)};
+            tpu_tensor o3[] = {c, b, b};
+            launch(TPU_OP_MUL, o1, 3, (tpu_params){0}, TPU_F32);
+            launch(TPU_OP_ADD, o2, 3, TPU_PARAMS(ADD, .alpha = 1), TPU_F32);
+            launch(TPU_OP_MUL, o3, 3, (tpu_params){0}, TPU_F32);
+            CHECK_OK(tpu_free(a.base));
+            CHECK_OK(tpu_stream_synchronize(tpu_stream_current(0)));
+            nb = (size_t)sz[0];
+            res[m][0] = download(&b);
+            res[m][1] = download(&c);
+            tpu_tensor all[] = {mask, b, c};
+            for (int i = 0; i < 3; i++) CHECK_OK(tpu_free(all[i].base));
+        }
+        tpu_fused_get_stats(&s1);
+        CHECK_OK(tpu_set_eager_mode(TPU_EAGER_STRICT));
+        CHECK(memcmp(res[0][0], res[1][0], nb * 4) == 0 && memcmp(res[0][1], res[1][1], nb * 2) == 0);
+        CHECK_MSG(s1.groups_by_table - s0.groups_by_table == (uint64_t)big, "size %d: %llu tables", big,
+                  (unsigned long long)(s1.groups_by_table - s0.groups_by_table));
+        for (int m = 0; m < 2; m++) free(res[m][0]), free(res[m][1]);
+    }
+}
+
 /* ---- a chain with broadcasts, scalars, casts, in-place ops ---- */
 
 typedef struct chain_out {
@@ -516,6 +632,8 @@ int main(void) {
     setenv("TPU_HBM_BYTES", "256M", 1);
     CHECK_OK(tpu_init());
     RUN_TEST(test_every_fusible_op_matches_strict);
+    RUN_TEST(test_tables_match_strict);
+    RUN_TEST(test_tables_bool_input_and_size);
     RUN_TEST(test_chain_broadcast_scalar_cast_inplace);
     RUN_TEST(test_plan_cache);
     RUN_TEST(test_plan_cache_many_storages);

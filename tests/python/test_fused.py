@@ -65,6 +65,49 @@ def test_torchtpu_demo_loop_fuses_into_one_pass():
     assert st["flushes"]["explicit"] == 1
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_chain_over_a_16_bit_tensor_runs_as_a_table(dtype):
+    """A long chain over one bf16/f16 tensor with scalar operands runs as a
+    lookup table (every possible input computed once, then one pass): the
+    bits equal Strict's and the CPU's; TORCH_TPU_FUSED_TABLES=0 is checked
+    in the C tests. Inputs include NaN, inf, -0 and subnormals."""
+    g = torch.Generator().manual_seed(1)
+    x0 = (torch.randn(600, 500, generator=g) * 3).to(dtype)
+    x0.view(-1)[:6] = torch.tensor([float("nan"), float("inf"), -float("inf"), -0.0, 1e-40, 6e-8]).to(dtype)
+
+    def chain(x):
+        for _ in range(4):
+            x = torch.sigmoid(x * 1.5 - 0.3) * 4 - 2
+        return x, (x > 0.5), x.float().exp()
+
+    with torch_tpu.eager_mode("fused"):
+        torch_tpu.reset_fused_stats()
+        fused = [t.cpu() for t in chain(x0.to("tpu"))]
+        tables = torch_tpu.fused_stats()["groups_by_table"]
+    strict = [t.cpu() for t in run_in("strict", chain, x0.to("tpu"))]
+    cpu = chain(x0)
+    for f, s, c in zip(fused, strict, cpu):
+        assert torch.equal(f.view(torch.uint8), s.view(torch.uint8))
+        exact = c.dtype != torch.float32  # (float32 exp: within an ulp of the CPU's)
+        torch.testing.assert_close(f, c, atol=0 if exact else None, rtol=0 if exact else None, equal_nan=True)
+    assert tables == 1
+
+
+def test_in_place_chain_over_its_own_input_runs_as_a_table():
+    """The table's input and its result are one storage (in-place ops on a
+    materialized bf16 tensor): every element read before it is written."""
+    x0 = torch.linspace(-6, 6, 700 * 400).reshape(700, 400).to(torch.bfloat16)
+    with torch_tpu.eager_mode("fused"):
+        y = x0.to("tpu")
+        torch_tpu.synchronize()
+        torch_tpu.reset_fused_stats()
+        y.mul_(1.5).sub_(0.3).sigmoid_().mul_(3)
+        torch_tpu.synchronize()
+        tables = torch_tpu.fused_stats()["groups_by_table"]
+    assert torch.equal(y.cpu(), x0.mul(1.5).sub(0.3).sigmoid().mul(3))
+    assert tables == 1
+
+
 def test_dead_intermediates_lower_peak_memory():
     n = 1 << 18
 

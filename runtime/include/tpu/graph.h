@@ -67,6 +67,7 @@ typedef struct tpu_fused_stats {
     uint64_t bytes_never_materialized;       /* bytes of blocks freed without ever being bound */
     uint64_t plan_cache_hits;                /* flushes that reused a cached plan (no analysis) */
     uint64_t plan_cache_misses;              /* flushes that planned their window */
+    uint64_t groups_by_table;                /* fused groups run as lookup tables (tpu_set_fused_tables) */
 } tpu_fused_stats;
 void tpu_fused_get_stats(tpu_fused_stats *out);
 void tpu_fused_reset_stats(void);
@@ -84,6 +85,17 @@ tpu_status tpu_flush(tpu_stream_t s);
  * window is flushed. */
 void tpu_set_allow_excess_precision(bool on);
 bool tpu_get_allow_excess_precision(void);
+
+/* Lookup tables (on by default; TORCH_TPU_FUSED_TABLES=0 turns them off): a
+ * fused group whose only tensor input is one of 8 or 16 bits (bfloat16,
+ * float16, int8, uint8, int16, bool) and whose other operands are host
+ * scalars computes a function of 256 / 65536 possible inputs. Above a size
+ * and a number of ops it runs once over every possible input (the same
+ * interpreter, so the same bits) and then once over the tensor as a table
+ * lookup per element: one pass over memory whatever the chain's length.
+ * Read when a window is flushed. */
+void tpu_set_fused_tables(bool on);
+bool tpu_get_fused_tables(void);
 
 /* Whether the storage at device address `devptr` holds its value in device
  * memory: bound, and written by no launch still recorded in a window. */

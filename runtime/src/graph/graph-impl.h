@@ -83,6 +83,7 @@ typedef struct tpu_gprog_info {
     int fused_nodes;       /* nodes inside those groups */
     int64_t dead_results;  /* node results never stored (dead intermediates) */
     size_t transient_peak; /* most bytes at once of stored results freed inside the graph (memory stats) */
+    int table_groups;      /* of the groups, those run as lookup tables (interp.c) */
     bool cache_hit;        /* the plan came from the plan cache (no analysis) */
 } tpu_gprog_info;
 

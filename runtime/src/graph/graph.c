@@ -975,6 +975,8 @@ static tpu_gprog *plan_fresh(const tpu_graph *gr) {
         if (b.nops != s->count) goto oom; /* (the shared map ran full: cannot happen at 16 keys per node) */
         decide_stores(&b, pl.group_of[p->order[s->first]], &L);
         if (!finish_group(&b, &p->groups[p->ngroups])) goto oom;
+        p->groups[p->ngroups].table_in = (int16_t)tpu_gr_table_input(&p->groups[p->ngroups], gr->nodes);
+        p->info.table_groups += p->groups[p->ngroups].table_in >= 0;
         s->group = p->ngroups++;
         p->info.groups++;
         p->info.fused_nodes += s->count;
@@ -1181,6 +1183,19 @@ static _Atomic bool allow_excess;
 void tpu_set_allow_excess_precision(bool on) { atomic_store(&allow_excess, on); }
 bool tpu_get_allow_excess_precision(void) { return atomic_load(&allow_excess); }
 
+/* Lookup tables: on unless TORCH_TPU_FUSED_TABLES=0 (or set off). */
+static _Atomic int tables_on = -1;
+void tpu_set_fused_tables(bool on) { atomic_store(&tables_on, on ? 1 : 0); }
+bool tpu_get_fused_tables(void) {
+    int on = atomic_load_explicit(&tables_on, memory_order_relaxed);
+    if (on < 0) {
+        const char *v = getenv("TORCH_TPU_FUSED_TABLES");
+        on = !(v && strcmp(v, "0") == 0);
+        atomic_store_explicit(&tables_on, on, memory_order_relaxed);
+    }
+    return on;
+}
+
 tpu_gprog *tpu_graph_compile(tpu_graph *gr) {
     size_t len = 0;
     uint64_t hash = 0;
@@ -1195,6 +1210,7 @@ tpu_gprog *tpu_graph_compile(tpu_graph *gr) {
     if (p && plan_bind(p, gr, hit)) {
         key_reset(gr);
         p->excess = atomic_load_explicit(&allow_excess, memory_order_relaxed);
+        p->tables = tpu_get_fused_tables();
     } else {
         tpu_gprog_free(p);
         tpu_set_error(TPU_ERROR_OUT_OF_MEMORY, "out of host memory compiling a graph of %d nodes", gr->n);
@@ -1203,7 +1219,11 @@ tpu_gprog *tpu_graph_compile(tpu_graph *gr) {
     return p;
 }
 
-tpu_gprog_info tpu_gprog_get_info(const tpu_gprog *p) { return p->info; }
+tpu_gprog_info tpu_gprog_get_info(const tpu_gprog *p) {
+    tpu_gprog_info info = p->info;
+    if (!p->tables) info.table_groups = 0;
+    return info;
+}
 
 void tpu_gprog_foreach_store(const tpu_gprog *p, void (*fn)(void *user, void *base), void *user) {
     for (int i = 0; i < p->nstores; i++) fn(user, p->stores[i]);

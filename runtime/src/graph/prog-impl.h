@@ -42,6 +42,7 @@ typedef struct gr_group {
     gr_const *cst;
     int ncst;
     int nslots;
+    int16_t table_in; /* >= 0: the group may run as a lookup table over this load (see interp.c) */
 } gr_group;
 
 /* Nodes order[first .. first + count) (a group's in program order); group
@@ -65,7 +66,12 @@ struct tpu_gprog {
     int8_t *node_store; /* 1: the node's result reaches memory (dump) */
     tpu_gprog_info info;
     bool excess; /* keep float32 between bf16/f16 ops (tpu_set_allow_excess_precision at compile) */
+    bool tables; /* run table-eligible groups as lookup tables (tpu_set_fused_tables at compile) */
 };
+
+/* Whether group g (views in nodes) can run as a lookup table: the memory
+ * operand it would index by, or -1 (interp.c). */
+int tpu_gr_table_input(const gr_group *g, const tpu_kargs *nodes);
 
 /* Run fused group g of program p (interp.c); TPU_ERROR_OUT_OF_MEMORY if the
  * host had no memory for its slots (then its results are not all written). */

@@ -24,7 +24,8 @@
 #include <string.h>
 
 static _Atomic uint64_t st_flushes[TPU_FLUSH_CAUSE_COUNT];
-static _Atomic uint64_t st_recorded, st_fused, st_groups, st_kernels, st_dead, st_never_bytes, st_hits, st_misses;
+static _Atomic uint64_t st_recorded, st_fused, st_groups, st_kernels, st_dead, st_never_bytes, st_hits, st_misses,
+    st_tables;
 
 static const char *const cause_names[TPU_FLUSH_CAUSE_COUNT] = {
     "synchronize", "query",       "copy",   "event",    "stream_wait",  "callback",
@@ -44,6 +45,7 @@ void tpu_fused_get_stats(tpu_fused_stats *out) {
     out->bytes_never_materialized = atomic_load(&st_never_bytes);
     out->plan_cache_hits = atomic_load(&st_hits);
     out->plan_cache_misses = atomic_load(&st_misses);
+    out->groups_by_table = atomic_load(&st_tables);
 }
 
 void tpu_fused_reset_stats(void) {
@@ -56,6 +58,7 @@ void tpu_fused_reset_stats(void) {
     atomic_store(&st_never_bytes, 0);
     atomic_store(&st_hits, 0);
     atomic_store(&st_misses, 0);
+    atomic_store(&st_tables, 0);
 }
 
 void tpu_fused_note_never(size_t bytes) { atomic_fetch_add(&st_never_bytes, (uint64_t)bytes); }
@@ -188,6 +191,7 @@ tpu_status tpu_window_flush(tpu_stream_t s, tpu_flush_cause cause) {
     atomic_fetch_add(&st_groups, (uint64_t)info.groups);
     atomic_fetch_add(&st_kernels, (uint64_t)(info.steps - info.groups));
     atomic_fetch_add(&st_dead, (uint64_t)info.dead_results);
+    atomic_fetch_add(&st_tables, (uint64_t)info.table_groups);
     atomic_fetch_add(info.cache_hit ? &st_hits : &st_misses, 1);
     return st;
 }
