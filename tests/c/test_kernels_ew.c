@@ -1523,7 +1523,8 @@ static void test_red_ops(void) {
             if (op == TPU_OP_ARGMAX || op == TPU_OP_ARGMIN) c.out_dt = TPU_I64;
             c.gen = flt ? (vgen){-3, 3, 0} : (vgen){-20, 20, op == TPU_OP_MEAN ? 0 : G_EXTREME};
             if (op == TPU_OP_PROD) c.gen = flt ? (vgen){0.6, 1.5, 0} : (vgen){-3, 3, 0};
-            if (op == TPU_OP_ANY || op == TPU_OP_ALL) c.gen = (vgen){0, 1.02, 0};
+            if (op == TPU_OP_ANY || op == TPU_OP_ALL) /* (integers: bytes other than 0 and 1 too) */
+                c.gen = flt || dt == TPU_BOOL ? (vgen){0, 1.02, 0} : (vgen){-2, 2.5, 0};
             int nv = op == TPU_OP_VAR || op == TPU_OP_STD ? 3 : op == TPU_OP_NORM ? 7 : 1;
             static const double corr[] = {1, 0, 1e9};
             static const double pn[] = {2, 1, 0, INFINITY, -INFINITY, 3, 0.5};

@@ -527,42 +527,16 @@ def compare(a, b):
     return diff, diff / scale, diff <= RTOL * scale, ""
 
 
-def worker(mt, cls_name, out_path, dump_level=None):
-    rec = {"arch": mt, "model_class": cls_name, "stage": "import"}
-
-    def save():
-        with open(out_path, "w") as f:
-            json.dump(rec, f, default=str)
-
-    save()
-    t0 = time.time()
+def build_cpu(mt, model_cls, rec):
+    """Build architecture mt on the CPU, trying shrink levels until config, model, inputs and a CPU
+    forward all work. Returns (model, tpu_model, kw, cpu_flat, cpu_grads) - tpu_model a copy taken
+    before any CPU forward - or None with rec["category"] = "cannot_build" and the reason."""
     import copy
-    import warnings
-    warnings.filterwarnings("ignore")
     import torch
-    import torch_tpu
-    import transformers
-    from transformers.utils import logging as hf_logging
-    hf_logging.set_verbosity_error()
-    rec["t_import"] = round(time.time() - t0, 2)
-
-    model_cls = getattr(transformers, cls_name, None)
-    if model_cls is None:
-        rec.update(category="cannot_build", reason=f"class {cls_name} not exported by transformers")
-        save()
-        return
-    if model_cls.forward is torch.nn.Module.forward:
-        rec.update(category="cannot_build", reason=f"{cls_name} has no forward()")
-        save()
-        return
-    # ---- build (CPU), trying shrink levels until config, model, inputs and CPU forward all work
-    rec["stage"] = "build"
-    save()
     attempts = []
     chosen = None
     rec["build_attempts"] = attempts
     for level in (0, 1, 2, 3):
-        save()
         try:
             cfg = make_config(mt, level)
         except Exception as e:  # noqa: BLE001
@@ -597,14 +571,13 @@ def worker(mt, cls_name, out_path, dump_level=None):
                 flat = flatten(out)
                 if not flat:
                     raise RuntimeError("forward returned no tensors")
-                chosen = (level, cfg, model, tpu_model, desc, kw, out, flat, nparams)
+                chosen = (level, model, tpu_model, desc, kw, out, flat, nparams)
                 break
             except Exception as e:  # noqa: BLE001
                 attempts.append(f"L{level} cpu forward [{desc}]: {_err(e)}")
                 model.zero_grad(set_to_none=True)
         if chosen:
             break
-    rec["build_attempts"] = attempts
     if not chosen:
         # report the most informative reason: the first one from the least-shrunk level that got furthest
         # the shrunk level's failure says why shrinking broke; the last one why defaults were not used
@@ -612,12 +585,11 @@ def worker(mt, cls_name, out_path, dump_level=None):
         if len(attempts) > 1 and attempts[-1][:2] != attempts[0][:2]:
             reason += " | " + attempts[-1]
         rec.update(built=False, category="cannot_build", reason=reason, stage="build")
-        save()
-        return
-    level, cfg, model, tpu_model, desc, kw, out, flat, nparams = chosen
+        return None
+    level, model, tpu_model, desc, kw, out, flat, nparams = chosen
     rec.update(built=True, level=level, params=nparams, inputs=desc,
                input_shapes={k: list(v.shape) for k, v in kw.items() if isinstance(v, torch.Tensor)},
-               attn_impl=getattr(model.config, "_attn_implementation", None), t_build=round(time.time() - t0, 2))
+               attn_impl=getattr(model.config, "_attn_implementation", None))
     loss = scalar_loss(flat)
     cpu_grads = None
     if loss is not None:
@@ -627,10 +599,15 @@ def worker(mt, cls_name, out_path, dump_level=None):
         except Exception as e:  # noqa: BLE001
             rec["cpu_backward_error"] = _err(e)
     cpu_flat = [(n, t.detach()) for n, t in flat]
-    del out, flat, loss
-    save()
+    return model, tpu_model, kw, cpu_flat, cpu_grads
 
-    # ---- tpu
+
+def run_tpu(tpu_model, kw, cpu_flat, cpu_grads, rec, save=lambda: None):
+    """Forward (and backward, where the CPU ran one) of tpu_model on the tpu, compared with the CPU's
+    results; fills rec (matches, worst errors, fallbacks, category) and returns it."""
+    import time
+    import torch
+    import torch_tpu
     fb = {}
     try:
         rec["stage"] = "to_device"
@@ -718,6 +695,46 @@ def worker(mt, cls_name, out_path, dump_level=None):
         rec["category"] = "fallback"
     else:
         rec["category"] = "native"
+    return rec
+
+
+def worker(mt, cls_name, out_path, dump_level=None):
+    rec = {"arch": mt, "model_class": cls_name, "stage": "import"}
+
+    def save():
+        with open(out_path, "w") as f:
+            json.dump(rec, f, default=str)
+
+    save()
+    t0 = time.time()
+    import warnings
+    warnings.filterwarnings("ignore")
+    import torch  # noqa: F401
+    import torch_tpu  # noqa: F401
+    import transformers
+    from transformers.utils import logging as hf_logging
+    hf_logging.set_verbosity_error()
+    rec["t_import"] = round(time.time() - t0, 2)
+
+    model_cls = getattr(transformers, cls_name, None)
+    if model_cls is None:
+        rec.update(category="cannot_build", reason=f"class {cls_name} not exported by transformers")
+        save()
+        return
+    if model_cls.forward is torch.nn.Module.forward:
+        rec.update(category="cannot_build", reason=f"{cls_name} has no forward()")
+        save()
+        return
+    rec["stage"] = "build"
+    save()
+    built = build_cpu(mt, model_cls, rec)
+    if built is None:
+        save()
+        return
+    rec["t_build"] = round(time.time() - t0, 2)
+    save()
+    _, tpu_model, kw, cpu_flat, cpu_grads = built
+    run_tpu(tpu_model, kw, cpu_flat, cpu_grads, rec, save)
     rec["t_total"] = round(time.time() - t0, 2)
     save()
 

@@ -495,6 +495,15 @@ static double red_fold_row(const red_ctx *c, red_code code, double acc, const ch
                            double aux) {
     if (st == 1 && c->idt == TPU_F32) return red_row_f(code, acc, (const float *)p, n, aux, c->p);
     if (st == 1 && c->idt == TPU_F64) return red_row_d(code, acc, (const double *)p, n, aux, c->p);
+    if (st == 1 && c->ies == 1 && (code == RC_ANY || code == RC_ALL)) { /* bool / int8 / uint8: a byte scan */
+        const uint8_t *q = (const uint8_t *)p;
+        unsigned any = 0, all = 1;
+        for (int64_t i = 0; i < n; i++) {
+            any |= q[i];
+            all &= q[i] != 0;
+        }
+        return code == RC_ANY ? red_maxn(acc, any != 0) : red_minn(acc, all);
+    }
     double buf[RED_CHUNK];
     for (int64_t k = 0; k < n; k += RED_CHUNK) {
         int64_t m = n - k < RED_CHUNK ? n - k : RED_CHUNK;
