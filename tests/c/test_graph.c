@@ -273,6 +273,76 @@ static void test_tables_bool_input_and_size(void) {
     }
 }
 
+/* ---- row reductions fused with their producers ---- */
+
+/* r = red(exp(x * 0.5) + x) over the last dim of [rows, n] (or [2, rows/2, n]),
+ * the two intermediates freed before the sync; out: r's bytes. */
+static unsigned char *run_row_red(tpu_op op, tpu_dtype dt, tpu_dtype odt, int nd, int64_t rows, int64_t n,
+                                  tpu_eager_mode mode, size_t *bytes) {
+    CHECK_OK(tpu_set_eager_mode(mode));
+    int64_t sz[3] = {rows, n, 0}, osz[3] = {rows, 1, 0};
+    if (nd == 3) { sz[0] = osz[0] = 2, sz[1] = osz[1] = rows / 2, sz[2] = n, osz[2] = 1; }
+    int64_t numel = rows * n;
+    double *xv = malloc((size_t)numel * sizeof *xv);
+    const double specials[] = {NAN, INFINITY, -INFINITY, -0.0, 1e30};
+    rng_s = 0x1234567ull + (uint64_t)n; /* the same values in both modes */
+    for (int64_t i = 0; i < numel; i++) xv[i] = i % 997 == 13 ? specials[(i / 997) % 5] : urand(-4, 4);
+    tpu_tensor x = dev_tensor(dt, nd, sz, xv), a = like(&x, dt), b = like(&x, dt), c = like(&x, dt);
+    free(xv);
+    tpu_tensor r = dev_tensor(odt, nd, osz, NULL);
+    tpu_tensor o1[] = {a, x, tpu_tensor_scalar_f(0.5, TPU_F64)}, o2[] = {b, a}, o3[] = {c, b, x}, o4[] = {r, c};
+    launch(TPU_OP_MUL, o1, 3, (tpu_params){0}, dt);
+    launch(TPU_OP_EXP, o2, 2, (tpu_params){0}, dt);
+    launch(TPU_OP_ADD, o3, 3, TPU_PARAMS(ADD, .alpha = 1), dt);
+    launch(op, o4, 2, (tpu_params){0}, odt);
+    CHECK_OK(tpu_free(a.base));
+    CHECK_OK(tpu_free(b.base));
+    CHECK_OK(tpu_free(c.base));
+    CHECK_OK(tpu_stream_synchronize(tpu_stream_current(0)));
+    *bytes = (size_t)(numel / n) * tpu_dtype_size(odt);
+    unsigned char *h = download(&r);
+    CHECK_OK(tpu_free(x.base));
+    CHECK_OK(tpu_free(r.base));
+    return h;
+}
+
+static void test_row_reductions_fuse_bit_for_bit(void) {
+    const tpu_op ops[] = {TPU_OP_SUM, TPU_OP_MEAN, TPU_OP_AMAX, TPU_OP_AMIN};
+    const tpu_dtype dts[] = {TPU_F32, TPU_BF16, TPU_F16};
+    const struct {
+        int nd;
+        int64_t rows, n;
+    } shapes[] = {{2, 50, 100}, {2, 3, 1000}, {2, 20, 5000}, {2, 1, 300}, {2, 17, 64}, {3, 6, 129}, {2, 40, 16384}};
+    int cases = 0;
+    for (int o = 0; o < 4; o++)
+        for (int d = 0; d < 3; d++)
+            for (int k = 0; k < (int)(sizeof shapes / sizeof *shapes); k++) {
+                tpu_dtype odt = o == 1 && d == 1 ? TPU_F32 : dts[d]; /* (a mean of bf16 into float32 too) */
+                size_t nb_s = 0, nb_f = 0;
+                tpu_fused_stats s0, s1;
+                unsigned char *hs = run_row_red(ops[o], dts[d], odt, shapes[k].nd, shapes[k].rows, shapes[k].n,
+                                                TPU_EAGER_STRICT, &nb_s);
+                tpu_fused_get_stats(&s0);
+                unsigned char *hf =
+                    run_row_red(ops[o], dts[d], odt, shapes[k].nd, shapes[k].rows, shapes[k].n, TPU_EAGER_FUSED, &nb_f);
+                tpu_fused_get_stats(&s1);
+                CHECK_OK(tpu_set_eager_mode(TPU_EAGER_STRICT));
+                CHECK_MSG(nb_s == nb_f && memcmp(hs, hf, nb_s) == 0, "%s %s [%lld x %lld]: fused differs from strict",
+                          tpu_op_name(ops[o]), tpu_dtype_name(dts[d]), (long long)shapes[k].rows,
+                          (long long)shapes[k].n);
+                /* mul, exp, add and the reduction in one group; the three intermediates never stored */
+                CHECK_MSG(s1.ops_fused - s0.ops_fused == 4 && s1.results_never_stored - s0.results_never_stored == 3,
+                          "%s %s [%lld x %lld]: %llu fused, %llu never stored", tpu_op_name(ops[o]),
+                          tpu_dtype_name(dts[d]), (long long)shapes[k].rows, (long long)shapes[k].n,
+                          (unsigned long long)(s1.ops_fused - s0.ops_fused),
+                          (unsigned long long)(s1.results_never_stored - s0.results_never_stored));
+                free(hs);
+                free(hf);
+                cases++;
+            }
+    printf("     %d (reduction, dtype, shape) cases fused and compared\n", cases);
+}
+
 /* ---- a chain with broadcasts, scalars, casts, in-place ops ---- */
 
 typedef struct chain_out {
@@ -634,6 +704,7 @@ int main(void) {
     RUN_TEST(test_every_fusible_op_matches_strict);
     RUN_TEST(test_tables_match_strict);
     RUN_TEST(test_tables_bool_input_and_size);
+    RUN_TEST(test_row_reductions_fuse_bit_for_bit);
     RUN_TEST(test_chain_broadcast_scalar_cast_inplace);
     RUN_TEST(test_plan_cache);
     RUN_TEST(test_plan_cache_many_storages);

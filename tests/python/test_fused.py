@@ -108,6 +108,51 @@ def test_in_place_chain_over_its_own_input_runs_as_a_table():
     assert tables == 1
 
 
+class _RMSNorm(torch.nn.Module):
+    """transformers' LlamaRMSNorm, verbatim in its arithmetic."""
+
+    def __init__(self, n, eps=1e-6):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.linspace(0.5, 1.5, n))
+        self.variance_epsilon = eps
+
+    def forward(self, hidden_states):
+        input_dtype = hidden_states.dtype
+        hidden_states = hidden_states.to(torch.float32)
+        variance = hidden_states.pow(2).mean(-1, keepdim=True)
+        hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+        return self.weight * hidden_states.to(input_dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_row_reductions_fuse_with_their_producers(dtype):
+    """A sum / mean / max / min over the last dim of a value computed in a
+    fused group folds the group's rows as the kernel folds memory: the same
+    bits as Strict, and the folded value is never stored (RMSNorm's pow)."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(4, 33, 512, generator=g).to(dtype)
+    norm = _RMSNorm(512)
+
+    def run(mode):
+        with torch_tpu.eager_mode(mode):
+            torch_tpu.reset_fused_stats()
+            xt, m = x.to("tpu"), _RMSNorm(512).to("tpu")
+            m.load_state_dict(norm.state_dict())
+            y = m(xt)
+            s = (xt * 2 - 1).exp().sum(-1)
+            mx = torch.sigmoid(xt).amax(-1, keepdim=True)
+            out = [y.cpu(), s.cpu(), mx.cpu()]
+            return out, torch_tpu.fused_stats()
+
+    strict, _ = run("strict")
+    fused, st = run("fused")
+    for a, b in zip(strict, fused):
+        assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+    torch.testing.assert_close(fused[0], norm(x), rtol=0.02 if dtype == torch.bfloat16 else 1e-5, atol=1e-5)
+    # pow + mean, mul + sub + exp + sum, sigmoid + amax: each in one group with its reduction
+    assert st["ops_fused"] >= 9 and st["results_never_stored"] >= 5
+
+
 def test_dead_intermediates_lower_peak_memory():
     n = 1 << 18
 

@@ -75,7 +75,9 @@ def _program(seed):
                 tgt.mul_(0.5)
         elif k < 0.76:                                    # reductions
             r = rng.choice([lambda t: t.sum(1, keepdim=True), lambda t: t.float().mean(0, keepdim=True),
-                            lambda t: torch.softmax(t.float(), -1), lambda t: t.amax(1, keepdim=True)])
+                            lambda t: torch.softmax(t.float(), -1), lambda t: t.amax(1, keepdim=True),
+                            lambda t: (t * 1.5).exp().mean(-1, keepdim=True),     # rows fused with producers
+                            lambda t: t.pow(2).sum(-1)[:, None], lambda t: (t - 1).amin(1, keepdim=True)])
             pool.append(r(a))
         elif k < 0.80:
             if a.shape[-1] == C:

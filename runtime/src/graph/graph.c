@@ -365,9 +365,24 @@ static bool fusible_random(const tpu_kargs *a) {
 
 static bool is_random(tpu_op op) { return tpu_op_class_of(op) == TPU_CLASS_RANDOM; }
 
+/* Rows shorter than this are not worth a row of interpretation each. */
+#define GR_ROW_MIN 64
+
+/* A reduction a group can compute from the row it holds (see the
+ * interpreter's row mode): its result equals the kernel's, bit for bit. */
+static bool is_reduction(const tpu_kargs *a) { return tpu_op_class_of(a->op) == TPU_CLASS_REDUCTION; }
+static bool fusible_row_reduction(const tpu_kargs *a) {
+    if (!tpu_red_row_exact(a)) return false;
+    for (int d = 0; d < a->t[0].ndim; d++)
+        if (a->t[0].sizes[d] > 1 && a->t[0].strides[d] == 0) return false; /* an expanded output */
+    int64_t n = a->t[1].sizes[a->t[1].ndim - 1];
+    return n >= GR_ROW_MIN && n <= GR_ROW_MAX;
+}
+
 /* A node the interpreter can run inside a group. */
 static bool fusible(const tpu_kargs *a, tpu_ew_par *par) {
     memset(par, 0, sizeof *par);
+    if (is_reduction(a)) return fusible_row_reduction(a);
     if (tpu_op_infos[a->op].nout != 1) return false;
     if (is_random(a->op) ? !fusible_random(a) : !tpu_ew_prepare_f(a, par)) return false;
     const tpu_tensor *o = &a->t[0];
@@ -385,6 +400,7 @@ enum { V_LOAD, V_CONST, V_OP };
 typedef struct gval {
     int kind, op, last_use, mem, node, k;
     int16_t slot;
+    bool row; /* a row reduction's result: one value per row, not readable inside the group */
 } gval;
 
 /* A view the group has touched, and the value it holds now; entries of
@@ -487,17 +503,24 @@ static int new_val(gbuild *b, int kind, int op) {
 static bool try_join(gbuild *b, int i, const tpu_ew_par *par) {
     const tpu_kargs *a = &b->nodes[i];
     const tpu_tensor *o = &a->t[0];
+    bool red = is_reduction(a);
+    const tpu_tensor *space = red ? &a->t[1] : o; /* a row reduction runs over its input's elements */
     if (b->nops >= GR_MAX_OPS) return false;
     if (b->nops > 0) {
         const tpu_tensor *o0 = &b->nodes[b->ops[0].node].t[0];
-        if (o0->ndim != o->ndim) return false;
-        for (int d = 0; d < o->ndim; d++)
-            if (o0->sizes[d] != o->sizes[d]) return false;
+        if (o0->ndim != space->ndim) return false;
+        for (int d = 0; d < space->ndim; d++)
+            if (o0->sizes[d] != space->sizes[d]) return false;
+    } else if (red) {
+        return false; /* (it folds a value of the group: it never opens one) */
     }
     int nin = is_random(a->op) ? 0 : a->n - 1, newloads = 0; /* (bernoulli's p is read from the node) */
     for (int j = 0; j < nin; j++) {
         const tpu_tensor *t = &a->t[1 + j];
-        if (t->is_scalar || find_ent(b, t) >= 0) continue;
+        int e = t->is_scalar ? -1 : find_ent(b, t);
+        if (e >= 0 && b->vals[b->ent[e].val].row) return false;                  /* a row value: not readable here */
+        if (red && (e < 0 || b->vals[b->ent[e].val].kind != V_OP)) return false; /* folds a computed value */
+        if (t->is_scalar || e >= 0) continue;
         if (base_written(b, t->base)) return false;               /* another view of a result */
         if (t->base == o->base && !same_view(t, o)) return false; /* partly in place */
         newloads++;
@@ -513,6 +536,7 @@ static bool try_join(gbuild *b, int i, const tpu_ew_par *par) {
     g->nin = nin;
     g->par = *par;
     g->random = is_random(a->op);
+    g->red = red;
     g->round = (tpu_dtype)o->dtype;
     for (int j = 0; j < 3; j++) b->inval[3 * op + j] = -1;
     for (int j = 0; j < nin; j++) {
@@ -536,6 +560,7 @@ static bool try_join(gbuild *b, int i, const tpu_ew_par *par) {
         b->inval[3 * op + j] = v;
     }
     int v = new_val(b, V_OP, op);
+    b->vals[v].row = red;
     int e = find_ent(b, o);
     if (e < 0) e = add_ent(b, o, v);
     b->ent[e].val = v;
@@ -903,7 +928,7 @@ static void phase_a(planner *pl, const bool *fus, const tpu_ew_par *par) {
                 for (int d = 0; d < c; d++) seen = seen || cand[d] == cand[c];
                 joined = !seen && join(pl, cand[c], i, &par[i]);
             }
-            if (!joined) open_group(pl, i, &par[i]);
+            if (!joined && !is_reduction(a)) open_group(pl, i, &par[i]); /* (a reduction joins or runs alone) */
         }
         int nout = tpu_op_infos[a->op].nout;
         for (int k = 0; k < nout && k < a->n; k++)

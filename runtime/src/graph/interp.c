@@ -9,6 +9,15 @@
  * expression (tpu_ew_tile_f, the fast kernel's own code), the result is
  * rounded to its dtype, and stored if the group decided it reaches memory.
  *
+ * Row mode. A group holding a row reduction (a sum, mean, max or min over
+ * the last dim of a value the group computes: graph.c) runs a whole row
+ * per tile, so the reduction folds the row's values exactly as its kernel
+ * folds them in memory (tpu_red_row_value: the same fold, the same
+ * association, so the same bits) and stores one value per row; the value
+ * it folds is never stored unless something else reads it (x.pow(2).mean(-1)
+ * reads x once and writes the means). Blocks of the parallel loop are whole
+ * rows.
+ *
  * Lookup tables. A group whose only memory input x has 8 or 16 bits
  * (its other inputs host scalars, no random op) computes each stored result
  * as a function of x's bits alone: 256 or 65536 possible inputs. When the
@@ -47,8 +56,9 @@ _Static_assert(GR_TILE % TPU_TILE == 0, "tile functions take whole TPU_TILE bloc
 typedef struct gr_run {
     const gr_group *g;
     const tpu_kargs *nodes;
-    bool excess; /* bf16/f16 results of arithmetic stay float32 in the group */
-    int tile;    /* elements per tile: GR_TILE or TPU_TILE */
+    bool excess;   /* bf16/f16 results of arithmetic stay float32 in the group */
+    int tile;      /* elements per tile: GR_TILE or TPU_TILE, or a row rounded up to TPU_TILE (row mode) */
+    int64_t grain; /* elements per parallel block: GR_GRAIN, or whole rows (row mode) */
     /* The group's slots as laid out in memory: constants of equal value
      * share one (a chain of `x + 1` has one tile of ones, not one per op:
      * the slots stay in level-1 cache), phys[slot] is where slot lives. */
@@ -112,6 +122,13 @@ static void gr_tile(const gr_run *r, float *S, const int64_t *off, int64_t inner
             if (len < T) memset(dst + len, 0, (size_t)(T - len) * sizeof *dst);
         }
         if (o->skip) continue;
+        if (o->red) { /* row mode: the tile is the row */
+            const tpu_kargs *rn = &r->nodes[o->node];
+            double v = tpu_red_row_value(rn->op, (tpu_dtype)rn->t[1].dtype, S + (size_t)r->phys[o->in[0]] * SS, len);
+            if (o->store >= 0)
+                tpu_store_f64(r->base[o->store] + (size_t)off[o->store] * r->esz[o->store], r->dt[o->store], v);
+            continue;
+        }
         float *out = S + (size_t)r->phys[o->out] * SS;
         const float *x = S + (size_t)r->phys[o->in[0]] * SS, *y = S + (size_t)r->phys[o->in[1]] * SS;
         const float *z = S + (size_t)r->phys[o->in[2]] * SS;
@@ -190,7 +207,7 @@ static void gr_blocks(void *ctx, int64_t b0, int64_t b1) {
         for (int i = 0; i < T; i++) d[i] = v;
     }
     for (int64_t blk = b0; blk < b1; blk++) {
-        int64_t lo = blk * GR_GRAIN, hi = lo + GR_GRAIN < r->numel ? lo + GR_GRAIN : r->numel;
+        int64_t lo = blk * r->grain, hi = lo + r->grain < r->numel ? lo + r->grain : r->numel;
         gr_range(r, S, off, lo, hi);
     }
     if (S != stack_slots) free(S);
@@ -208,7 +225,7 @@ int tpu_gr_table_input(const gr_group *g, const tpu_kargs *nodes) {
     int in = -1, nstores = 0, ncomp = 0;
     for (int i = 0; i < g->nops; i++) {
         const gr_op *o = &g->ops[i];
-        if (o->random) return -1;
+        if (o->random || o->red) return -1;
         for (int j = 0; j < o->nin; j++)
             if (o->load[j] >= 0) {
                 if (in >= 0 && in != o->load[j]) return -1; /* a second tensor input */
@@ -382,6 +399,7 @@ static unsigned char *table_build(const gr_run *r, int in, size_t entries) {
     memcpy(t, r, sizeof *t); /* (the oom flag too: clear below) */
     atomic_init(&t->oom, false);
     t->numel = (int64_t)entries;
+    t->grain = GR_GRAIN;
     t->nd = 1;
     t->sz[0] = (int64_t)entries;
     t->st = st;
@@ -520,16 +538,37 @@ tpu_status tpu_gr_run_group(const tpu_gprog *p, const gr_group *g) {
     for (int sl = 1 + g->ncst; sl < g->nslots; sl++) phys[sl] = (int16_t)(sl - g->ncst + r->ncval);
     r->nphys = g->nslots - g->ncst + r->ncval;
     r->tile = r->nphys <= GR_LONG_SLOTS ? GR_TILE : TPU_TILE;
+    const tpu_tensor *space = &p->nodes[g->ops[0].node].t[0];
+    int64_t row = 0;             /* row mode: the row's length */
+    tpu_tensor *expanded = NULL; /* row mode: each row reduction's output seen over the space (stride 0 in the row) */
+    for (int i = 0; i < g->nops; i++)
+        if (g->ops[i].red) row = space->sizes[space->ndim - 1];
+    if (row && !(expanded = malloc((size_t)g->nmem * sizeof *expanded))) {
+        free(r), free(arrays), free(views), free(phys), free(cval);
+        return TPU_ERROR_OUT_OF_MEMORY;
+    }
     for (int m = 0; m < g->nmem; m++) {
         const tpu_tensor *t = views[m] = &p->nodes[g->mem[m].node].t[g->mem[m].k];
         r->dt[m] = (tpu_dtype)t->dtype;
         r->esz[m] = tpu_dtype_size(r->dt[m]);
         r->base[m] = (char *)t->base + (size_t)t->offset * r->esz[m];
+        if (row && g->mem[m].k == 0 && tpu_op_class_of(p->nodes[g->mem[m].node].op) == TPU_CLASS_REDUCTION) {
+            expanded[m] = *t;
+            expanded[m].sizes[t->ndim - 1] = row;
+            expanded[m].strides[t->ndim - 1] = 0;
+            views[m] = &expanded[m];
+        }
     }
-    r->numel = tpu_tile_coalesce(&p->nodes[g->ops[0].node].t[0], g->nmem, views, r->sz, r->st, &r->nd);
+    r->numel = tpu_tile_coalesce(space, g->nmem, views, r->sz, r->st, &r->nd);
+    r->grain = GR_GRAIN;
+    if (row) { /* (the expanded outputs keep the row a dim of its own) */
+        r->tile = (int)((row + TPU_TILE - 1) / TPU_TILE * TPU_TILE);
+        r->grain = (GR_GRAIN / row > 1 ? GR_GRAIN / row : 1) * row;
+    }
     free(views);
+    free(expanded);
     bool done = r->numel > 0 && p->tables && g->table_in >= 0 && r->nd == 1 && table_run(r, g->table_in);
-    if (!done && r->numel > 0) tpu_parallel_for((r->numel + GR_GRAIN - 1) / GR_GRAIN, 1, gr_blocks, r);
+    if (!done && r->numel > 0) tpu_parallel_for((r->numel + r->grain - 1) / r->grain, 1, gr_blocks, r);
     bool oom = atomic_load(&r->oom);
     free(arrays);
     free(phys);

@@ -5,8 +5,9 @@
 
 #include "graph/graph-impl.h"
 
-#define GR_MAX_OPS   1024 /* nodes of one fused group */
-#define GR_MAX_LOADS 64   /* distinct views one group loads from memory */
+#define GR_MAX_OPS   1024  /* nodes of one fused group */
+#define GR_MAX_LOADS 64    /* distinct views one group loads from memory */
+#define GR_ROW_MAX   16384 /* longest row a group with a row reduction holds in one tile */
 
 /* One node of a fused group, as the interpreter runs it. Slots are tiles of
  * TPU_TILE floats; slot 0 holds zeros (the unused inputs of unary ops). */
@@ -14,6 +15,8 @@ typedef struct gr_op {
     int node;        /* index into the program's nodes */
     int nin;         /* inputs (1..3; 0 for a random fill) */
     bool random;     /* a random fill: element i from (seed, offset, i), as tpu_random_element */
+    bool red;        /* a row reduction (tpu_red_row_exact): folds slot in[0] over the row (the tile),
+                      * its one value stored to `store` (never read inside the group) */
     int16_t in[3];   /* slot of input j */
     int16_t load[3]; /* >= 0: memory operand loaded into slot in[j] before the op */
     int16_t out;     /* slot of the result */

@@ -38,6 +38,14 @@ void tpu_ew_tile_f(tpu_op op, int n, float *restrict o, const float *restrict x,
 /* The same with each result rounded to bfloat16 (and widened back) in the loop. */
 void tpu_ew_tile_f_bf16(tpu_op op, int n, float *restrict o, const float *restrict x, const float *restrict y,
                         const float *restrict z, const tpu_ew_par *p);
+/* Row reductions for the graph engine (reduce.c). Whether reduction launch
+ * a (SUM, MEAN, AMAX, AMIN of floats over the last dim, read in place) folds
+ * each output over one contiguous row of its input, so that a fused group
+ * holding the row's values can reproduce the kernel's result bit for bit: */
+bool tpu_red_row_exact(const tpu_kargs *a);
+/* ... and that result (before its store: tpu_store_f64 to the output dtype)
+ * from the row's n values x, as read from an input of dtype idt. */
+double tpu_red_row_value(tpu_op op, tpu_dtype idt, const float *x, int64_t n);
 /* Run the fast kernel of a.op (registry.c: dispatch by family). */
 tpu_status tpu_kernel_run(tpu_kargs *a);
 /* The unit gemm.c runs for fp32 (bf16 = false) or bf16 operands on this host:

@@ -30,6 +30,7 @@
 #include <math.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -901,6 +902,43 @@ tpu_status tpu_k_reduce(tpu_kargs *a) {
     int64_t per = work / c.g.nout;
     tpu_parallel_for(c.g.nout, per >= RED_GRAIN ? 1 : RED_GRAIN / (per > 0 ? per : 1), red_rows_task, &c);
     return TPU_OK;
+}
+
+/* ---- rows for the graph engine ---- */
+
+bool tpu_red_row_exact(const tpu_kargs *a) {
+    if (a->op != TPU_OP_SUM && a->op != TPU_OP_MEAN && a->op != TPU_OP_AMAX && a->op != TPU_OP_AMIN) return false;
+    if (a->n != 2 || a->t[1].is_scalar || a->t[0].ndim != a->t[1].ndim || a->t[1].ndim < 1) return false;
+    const tpu_tensor *o = &a->t[0], *in = &a->t[1];
+    int last = in->ndim - 1;
+    for (int d = 0; d < last; d++)
+        if (o->sizes[d] != in->sizes[d]) return false;
+    if (o->sizes[last] != 1 || in->strides[last] != 1) return false; /* the last dim, read in place */
+    tpu_dtype idt = (tpu_dtype)in->dtype, odt = (tpu_dtype)o->dtype;
+    if ((idt != TPU_F32 && idt != TPU_BF16 && idt != TPU_F16) || (odt != TPU_F32 && odt != TPU_BF16 && odt != TPU_F16))
+        return false;
+    tpu_kargs probe; /* (red_setup may write a failure into it) */
+    memcpy(&probe, a, offsetof(tpu_kargs, err));
+    red_ctx c;
+    if (red_setup(&c, &probe) != TPU_OK || c.g.nout == 0 || c.g.nred != in->sizes[last]) return false;
+    if (red_use_columns(&c) || (c.g.nout <= RED_SPLIT_MAX_OUT && c.g.nred >= 2 * RED_GRAIN)) return false;
+    return c.g.nr == 1 && c.g.rin[0] == 1 && !c.two_pass;
+}
+
+double tpu_red_row_value(tpu_op op, tpu_dtype idt, const float *x, int64_t n) {
+    red_code code = op == TPU_OP_AMAX ? RC_MAX : op == TPU_OP_AMIN ? RC_MIN : RC_SUM;
+    double acc = red_ident(code);
+    if (idt == TPU_F32) {
+        acc = red_row_f(code, acc, x, n, 0, 0);
+    } else { /* red_fold_row's chunks of doubles */
+        double buf[RED_CHUNK];
+        for (int64_t k = 0; k < n; k += RED_CHUNK) {
+            int64_t m = n - k < RED_CHUNK ? n - k : RED_CHUNK;
+            for (int64_t i = 0; i < m; i++) buf[i] = (double)x[k + i];
+            acc = red_row_d(code, acc, buf, m, 0, 0);
+        }
+    }
+    return op == TPU_OP_MEAN ? acc / (double)n : acc;
 }
 
 /* ---- scans ---- */
