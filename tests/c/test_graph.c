@@ -343,6 +343,93 @@ static void test_row_reductions_fuse_bit_for_bit(void) {
     printf("     %d (reduction, dtype, shape) cases fused and compared\n", cases);
 }
 
+/* Row view r ([..., 1]) expanded over n columns (stride 0), as the glue
+ * broadcasts an operand. */
+static tpu_tensor expand_last(tpu_tensor r, int64_t n) {
+    r.sizes[r.ndim - 1] = n;
+    r.strides[r.ndim - 1] = 0;
+    return r;
+}
+
+/* kind 0, RMSNorm: y = x * rsqrt(mean(x * x) + eps) * w; kind 1, softmax
+ * by hand: e = exp(x - amax(x)), y = e / sum(e). Every intermediate freed
+ * before the sync; out: y's bytes (and the row values, stored: rsqrt's or
+ * the sum's, which a backward would keep). */
+static unsigned char *run_row_chain(int kind, tpu_dtype dt, int64_t rows, int64_t n, tpu_eager_mode mode, size_t *bytes,
+                                    unsigned char **rowv) {
+    CHECK_OK(tpu_set_eager_mode(mode));
+    int64_t sz[2] = {rows, n}, osz[2] = {rows, 1}, wsz[1] = {n};
+    double *xv = malloc((size_t)(rows * n) * sizeof *xv), *wv = malloc((size_t)n * sizeof *wv);
+    rng_s = 0xabcdefull + (uint64_t)(n * 3 + kind);
+    for (int64_t i = 0; i < rows * n; i++) xv[i] = i == 7 ? NAN : i == 9 * n + 2 ? INFINITY : urand(-5, 5);
+    for (int64_t i = 0; i < n; i++) wv[i] = urand(0.5, 1.5);
+    tpu_tensor x = dev_tensor(dt, 2, sz, xv), w = dev_tensor(dt, 1, wsz, wv), y = like(&x, dt);
+    free(xv);
+    free(wv);
+    tpu_tensor t1 = like(&x, dt), t2 = like(&x, dt), r1 = dev_tensor(dt, 2, osz, NULL),
+               r2 = dev_tensor(dt, 2, osz, NULL);
+    tpu_tensor r3 = dev_tensor(dt, 2, osz, NULL), wb = w;
+    wb.ndim = 2, wb.sizes[0] = rows, wb.sizes[1] = n, wb.strides[0] = 0, wb.strides[1] = 1;
+    if (kind == 0) {
+        tpu_tensor a1[] = {t1, x, x}, a2[] = {r1, t1}, a3[] = {r2, r1, tpu_tensor_scalar_f(1e-6, TPU_F64)};
+        tpu_tensor a4[] = {r3, r2}, a5[] = {t2, x, expand_last(r3, n)}, a6[] = {y, t2, wb};
+        launch(TPU_OP_MUL, a1, 3, (tpu_params){0}, dt);
+        launch(TPU_OP_MEAN, a2, 2, (tpu_params){0}, dt);
+        launch(TPU_OP_ADD, a3, 3, TPU_PARAMS(ADD, .alpha = 1), dt);
+        launch(TPU_OP_RSQRT, a4, 2, (tpu_params){0}, dt);
+        launch(TPU_OP_MUL, a5, 3, (tpu_params){0}, dt);
+        launch(TPU_OP_MUL, a6, 3, (tpu_params){0}, dt);
+    } else {
+        tpu_tensor a1[] = {r1, x}, a2[] = {t1, x, expand_last(r1, n)}, a3[] = {t2, t1}, a4[] = {r3, t2};
+        tpu_tensor a5[] = {y, t2, expand_last(r3, n)};
+        launch(TPU_OP_AMAX, a1, 2, (tpu_params){0}, dt);
+        launch(TPU_OP_SUB, a2, 3, TPU_PARAMS(SUB, .alpha = 1), dt);
+        launch(TPU_OP_EXP, a3, 2, (tpu_params){0}, dt);
+        launch(TPU_OP_SUM, a4, 2, (tpu_params){0}, dt);
+        launch(TPU_OP_DIV, a5, 3, (tpu_params){0}, dt);
+    }
+    tpu_tensor dead[] = {t1, t2, r1, r2};
+    for (int i = 0; i < 4; i++) CHECK_OK(tpu_free(dead[i].base));
+    CHECK_OK(tpu_stream_synchronize(tpu_stream_current(0)));
+    *bytes = (size_t)(rows * n) * tpu_dtype_size(dt);
+    unsigned char *h = download(&y);
+    *rowv = download(&r3);
+    tpu_tensor all[] = {x, w, y, r3};
+    for (int i = 0; i < 4; i++) CHECK_OK(tpu_free(all[i].base));
+    return h;
+}
+
+static void test_row_values_feed_the_row(void) {
+    const tpu_dtype dts[] = {TPU_F32, TPU_BF16, TPU_F16};
+    const int64_t shapes[][2] = {{12, 64}, {33, 500}, {3, 4096}, {64, 257}};
+    for (int kind = 0; kind < 2; kind++)
+        for (int d = 0; d < 3; d++)
+            for (int k = 0; k < 4; k++) {
+                size_t nb_s = 0, nb_f = 0;
+                unsigned char *rs = NULL, *rf = NULL;
+                tpu_fused_stats s0, s1;
+                unsigned char *hs =
+                    run_row_chain(kind, dts[d], shapes[k][0], shapes[k][1], TPU_EAGER_STRICT, &nb_s, &rs);
+                tpu_fused_get_stats(&s0);
+                unsigned char *hf =
+                    run_row_chain(kind, dts[d], shapes[k][0], shapes[k][1], TPU_EAGER_FUSED, &nb_f, &rf);
+                tpu_fused_get_stats(&s1);
+                CHECK_OK(tpu_set_eager_mode(TPU_EAGER_STRICT));
+                size_t rb = (size_t)shapes[k][0] * tpu_dtype_size(dts[d]);
+                CHECK_MSG(nb_s == nb_f && memcmp(hs, hf, nb_s) == 0 && memcmp(rs, rf, rb) == 0,
+                          "%s %s [%lld x %lld]: fused differs from strict", kind ? "softmax" : "rmsnorm",
+                          tpu_dtype_name(dts[d]), (long long)shapes[k][0], (long long)shapes[k][1]);
+                int nops = kind ? 5 : 6;
+                CHECK_MSG(s1.ops_fused - s0.ops_fused == (uint64_t)nops && s1.groups_run - s0.groups_run == 1 &&
+                              s1.results_never_stored - s0.results_never_stored == (uint64_t)(nops - 2),
+                          "%s %s [%lld x %lld]: %llu of %d fused in %llu groups", kind ? "softmax" : "rmsnorm",
+                          tpu_dtype_name(dts[d]), (long long)shapes[k][0], (long long)shapes[k][1],
+                          (unsigned long long)(s1.ops_fused - s0.ops_fused), nops,
+                          (unsigned long long)(s1.groups_run - s0.groups_run));
+                free(hs), free(hf), free(rs), free(rf);
+            }
+}
+
 /* ---- a chain with broadcasts, scalars, casts, in-place ops ---- */
 
 typedef struct chain_out {
@@ -705,6 +792,7 @@ int main(void) {
     RUN_TEST(test_tables_match_strict);
     RUN_TEST(test_tables_bool_input_and_size);
     RUN_TEST(test_row_reductions_fuse_bit_for_bit);
+    RUN_TEST(test_row_values_feed_the_row);
     RUN_TEST(test_chain_broadcast_scalar_cast_inplace);
     RUN_TEST(test_plan_cache);
     RUN_TEST(test_plan_cache_many_storages);

@@ -73,11 +73,14 @@ def _program(seed):
                 tgt.add_(src)
             else:
                 tgt.mul_(0.5)
-        elif k < 0.76:                                    # reductions
+        elif k < 0.76 and a.shape[0] > 0 and a.shape[-1] > 0:  # reductions (amax / amin need elements)
             r = rng.choice([lambda t: t.sum(1, keepdim=True), lambda t: t.float().mean(0, keepdim=True),
                             lambda t: torch.softmax(t.float(), -1), lambda t: t.amax(1, keepdim=True),
                             lambda t: (t * 1.5).exp().mean(-1, keepdim=True),     # rows fused with producers
-                            lambda t: t.pow(2).sum(-1)[:, None], lambda t: (t - 1).amin(1, keepdim=True)])
+                            lambda t: t.pow(2).sum(-1)[:, None], lambda t: (t - 1).amin(1, keepdim=True),
+                            lambda t: t - t.amax(-1, keepdim=True),              # row values read over the row
+                            lambda t: t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + 1e-6),
+                            lambda t: (e := (t * 0.5).exp()) / e.sum(-1, keepdim=True)])
             pool.append(r(a))
         elif k < 0.80:
             if a.shape[-1] == C:

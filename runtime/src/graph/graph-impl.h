@@ -19,10 +19,11 @@
  *
  * tpu_graph_compile partitions the nodes, in order, into steps: a fused
  * group of consecutive elementwise nodes computing in the float32 domain
- * over one iteration space (and row reductions folding a value the group
- * computes: a sum, mean, max or min over the last dim, whose kernel would
- * fold the same contiguous row; the group then runs a row per tile), or a
- * single node run by its fast kernel. Inside
+ * over one iteration space (and row reductions - a sum, mean, max or min
+ * over the last dim whose kernel would fold the same contiguous row - with
+ * ops over their one-value-per-row results and ops reading those back over
+ * the row; the group then runs a row per tile), or a single node run by
+ * its fast kernel. Inside
  * a group an operand is either loaded from memory, a host scalar, or the
  * value an earlier node of the group computed for the same view (never
  * reloaded); a node joins only if every storage the group writes is

@@ -339,10 +339,11 @@ static bool pair_put(pairmap *m, int gid, const void *k, int v) {
 
 /* ---- grouping ---- */
 
+/* The same elements in the same order (a size-1 dim's stride addresses nothing). */
 static bool same_view(const tpu_tensor *a, const tpu_tensor *b) {
     if (a->base != b->base || a->offset != b->offset || a->dtype != b->dtype || a->ndim != b->ndim) return false;
     for (int d = 0; d < a->ndim; d++)
-        if (a->sizes[d] != b->sizes[d] || a->strides[d] != b->strides[d]) return false;
+        if (a->sizes[d] != b->sizes[d] || (a->strides[d] != b->strides[d] && a->sizes[d] != 1)) return false;
     return true;
 }
 
@@ -424,11 +425,13 @@ typedef struct gbuild {
     int nvals, capvals;
     gent *ent;
     int nent, capent, nloads;
+    bool rows; /* row mode: a row reduction joined (ops over the row space [..., 1] may join too) */
 } gbuild;
 
 /* An empty group with a fresh id (its arrays grow as it does). */
 static void build_reset(gbuild *b) {
     b->nops = b->nent = b->nloads = b->nvals = 0;
+    b->rows = false;
     b->gid = b->map->next_gid++;
 }
 
@@ -467,6 +470,43 @@ static int find_ent(const gbuild *b, const tpu_tensor *t) {
     return -1;
 }
 
+/* Whether t is row view r (sizes [..., 1]) expanded over the row: the same
+ * storage, offset, dtype, leading sizes and strides, the last dim of size
+ * > 1 and stride 0 (how an op over the group's space reads a row value). */
+static bool expands(const tpu_tensor *r, const tpu_tensor *t) {
+    int l = t->ndim - 1;
+    if (l < 0 || r->base != t->base || r->offset != t->offset || r->dtype != t->dtype || r->ndim != t->ndim ||
+        r->sizes[l] != 1 || t->sizes[l] < 2 || t->strides[l] != 0)
+        return false;
+    for (int d = 0; d < l; d++)
+        if (r->sizes[d] != t->sizes[d] || (r->strides[d] != t->strides[d] && r->sizes[d] != 1)) return false;
+    return true;
+}
+
+/* The group's row value that t expands, or -1. */
+static int find_row_ent(const gbuild *b, const tpu_tensor *t) {
+    if (!b->rows) return -1;
+    for (int e = pair_get(b->map, b->gid, t->base, -1); e >= 0; e = b->ent[e].next)
+        if (b->vals[b->ent[e].val].row && expands(b->ent[e].view, t)) return e;
+    return -1;
+}
+
+/* The group's iteration space: its first node's output, or the input a
+ * row reduction folds when one opened the group. */
+static const tpu_tensor *group_space(const gbuild *b) {
+    const tpu_kargs *a0 = &b->nodes[b->ops[0].node];
+    return b->ops[0].red ? &a0->t[1] : &a0->t[0];
+}
+
+/* Whether t's sizes are the group space's with the last dim 1 (the row space). */
+static bool row_shaped(const tpu_tensor *space, const tpu_tensor *t) {
+    int l = space->ndim - 1;
+    if (l < 0 || t->ndim != space->ndim || t->sizes[l] != 1 || space->sizes[l] < 2) return false;
+    for (int d = 0; d < l; d++)
+        if (t->sizes[d] != space->sizes[d]) return false;
+    return true;
+}
+
 static int add_ent(gbuild *b, const tpu_tensor *view, int val) {
     int e = b->nent++;
     b->ent[e] = (gent){view, val, pair_get(b->map, b->gid, view->base, -1), false};
@@ -503,23 +543,25 @@ static int new_val(gbuild *b, int kind, int op) {
 static bool try_join(gbuild *b, int i, const tpu_ew_par *par) {
     const tpu_kargs *a = &b->nodes[i];
     const tpu_tensor *o = &a->t[0];
-    bool red = is_reduction(a);
+    bool red = is_reduction(a), rowop = false;
     const tpu_tensor *space = red ? &a->t[1] : o; /* a row reduction runs over its input's elements */
     if (b->nops >= GR_MAX_OPS) return false;
     if (b->nops > 0) {
-        const tpu_tensor *o0 = &b->nodes[b->ops[0].node].t[0];
-        if (o0->ndim != space->ndim) return false;
-        for (int d = 0; d < space->ndim; d++)
-            if (o0->sizes[d] != space->sizes[d]) return false;
-    } else if (red) {
-        return false; /* (it folds a value of the group: it never opens one) */
+        const tpu_tensor *o0 = group_space(b);
+        bool same = o0->ndim == space->ndim;
+        for (int d = 0; same && d < space->ndim; d++) same = o0->sizes[d] == space->sizes[d];
+        /* in row mode an op over the row space computes one value per row (a row value) */
+        rowop = !same && !red && b->rows && !is_random(a->op) && row_shaped(o0, o);
+        if (!same && !rowop) return false;
     }
     int nin = is_random(a->op) ? 0 : a->n - 1, newloads = 0; /* (bernoulli's p is read from the node) */
+    int rowin[3] = {-1, -1, -1};                             /* inputs reading a row value expanded over the row */
     for (int j = 0; j < nin; j++) {
         const tpu_tensor *t = &a->t[1 + j];
         int e = t->is_scalar ? -1 : find_ent(b, t);
-        if (e >= 0 && b->vals[b->ent[e].val].row) return false;                  /* a row value: not readable here */
-        if (red && (e < 0 || b->vals[b->ent[e].val].kind != V_OP)) return false; /* folds a computed value */
+        if (e < 0 && !t->is_scalar && !rowop && (e = find_row_ent(b, t)) >= 0) rowin[j] = e;
+        if (e >= 0 && rowin[j] < 0 && b->vals[b->ent[e].val].row && !rowop) return false; /* (not over the row) */
+        if (red && e >= 0 && b->vals[b->ent[e].val].row) return false; /* folds values over the row */
         if (t->is_scalar || e >= 0) continue;
         if (base_written(b, t->base)) return false;               /* another view of a result */
         if (t->base == o->base && !same_view(t, o)) return false; /* partly in place */
@@ -537,6 +579,8 @@ static bool try_join(gbuild *b, int i, const tpu_ew_par *par) {
     g->par = *par;
     g->random = is_random(a->op);
     g->red = red;
+    g->rowop = rowop;
+    b->rows = b->rows || red;
     g->round = (tpu_dtype)o->dtype;
     for (int j = 0; j < 3; j++) b->inval[3 * op + j] = -1;
     for (int j = 0; j < nin; j++) {
@@ -547,7 +591,7 @@ static bool try_join(gbuild *b, int i, const tpu_ew_par *par) {
             b->vals[v].node = i;
             b->vals[v].k = 1 + j;
         } else {
-            int e = find_ent(b, t);
+            int e = rowin[j] >= 0 ? rowin[j] : find_ent(b, t);
             if (e < 0) {
                 e = add_ent(b, t, new_val(b, V_LOAD, op));
                 b->nloads++;
@@ -560,7 +604,7 @@ static bool try_join(gbuild *b, int i, const tpu_ew_par *par) {
         b->inval[3 * op + j] = v;
     }
     int v = new_val(b, V_OP, op);
-    b->vals[v].row = red;
+    b->vals[v].row = red || rowop;
     int e = find_ent(b, o);
     if (e < 0) e = add_ent(b, o, v);
     b->ent[e].val = v;
@@ -928,7 +972,7 @@ static void phase_a(planner *pl, const bool *fus, const tpu_ew_par *par) {
                 for (int d = 0; d < c; d++) seen = seen || cand[d] == cand[c];
                 joined = !seen && join(pl, cand[c], i, &par[i]);
             }
-            if (!joined && !is_reduction(a)) open_group(pl, i, &par[i]); /* (a reduction joins or runs alone) */
+            if (!joined) open_group(pl, i, &par[i]);
         }
         int nout = tpu_op_infos[a->op].nout;
         for (int k = 0; k < nout && k < a->n; k++)

@@ -77,6 +77,19 @@ typedef struct gr_run {
     atomic_bool oom; /* a block found no host memory for its slots */
 } gr_run;
 
+/* Whether view t is over the row space of `space` (sizes [..., 1] where
+ * space's are [..., n > 1]): one element per row. */
+static bool row_view(const tpu_tensor *space, const tpu_tensor *t) {
+    int l = space->ndim - 1;
+    if (l < 0 || t->ndim != space->ndim || t->sizes[l] != 1 || space->sizes[l] < 2) return false;
+    for (int d = 0; d < l; d++)
+        if (t->sizes[d] != space->sizes[d]) return false;
+    return true;
+}
+
+/* v over a tile of n floats (n a multiple of TPU_TILE; vectorized). */
+static TPU_TARGET_CLONES void gr_fill(float *restrict t, float v, int n) { GR_LOOP(i) t[i] = v; }
+
 /* Round a tile to dt as a store to dt and a load back would. */
 static TPU_TARGET_CLONES void gr_round(float *restrict v, int n, tpu_dtype dt) {
     switch (dt) {
@@ -122,32 +135,39 @@ static void gr_tile(const gr_run *r, float *S, const int64_t *off, int64_t inner
             if (len < T) memset(dst + len, 0, (size_t)(T - len) * sizeof *dst);
         }
         if (o->skip) continue;
-        if (o->red) { /* row mode: the tile is the row */
+        float *out = S + (size_t)r->phys[o->out] * SS;
+        if (o->red) { /* row mode: the tile is the row; its value as stored, over the slot */
             const tpu_kargs *rn = &r->nodes[o->node];
             double v = tpu_red_row_value(rn->op, (tpu_dtype)rn->t[1].dtype, S + (size_t)r->phys[o->in[0]] * SS, len);
+            unsigned char held[8];
+            tpu_store_f64(held, o->round, v);
+            float f = (float)tpu_load_f64(held, o->round);
+            gr_fill(out, f, T);
             if (o->store >= 0)
-                tpu_store_f64(r->base[o->store] + (size_t)off[o->store] * r->esz[o->store], r->dt[o->store], v);
+                memcpy(r->base[o->store] + (size_t)off[o->store] * r->esz[o->store], held, r->esz[o->store]);
             continue;
         }
-        float *out = S + (size_t)r->phys[o->out] * SS;
         const float *x = S + (size_t)r->phys[o->in[0]] * SS, *y = S + (size_t)r->phys[o->in[1]] * SS;
         const float *z = S + (size_t)r->phys[o->in[2]] * SS;
         bool half = o->round == TPU_BF16 || o->round == TPU_F16;
+        const int n = o->rowop ? TPU_TILE : T; /* a row op: one value per row, computed once */
         if (o->random) {
             gr_random(&r->nodes[o->node], out, pos, len, T);
             gr_round(out, T, o->round);
         } else if (half && r->excess && r->nodes[o->node].op != TPU_OP_COPY) { /* (a cast still rounds) */
-            tpu_ew_tile_f(r->nodes[o->node].op, T, out, x, y, z, &o->par);     /* a store rounds what it writes */
+            tpu_ew_tile_f(r->nodes[o->node].op, n, out, x, y, z, &o->par);     /* a store rounds what it writes */
         } else if (o->round == TPU_BF16) {
-            tpu_ew_tile_f_bf16(r->nodes[o->node].op, T, out, x, y, z, &o->par); /* rounds in the loop */
+            tpu_ew_tile_f_bf16(r->nodes[o->node].op, n, out, x, y, z, &o->par); /* rounds in the loop */
         } else {
-            tpu_ew_tile_f(r->nodes[o->node].op, T, out, x, y, z, &o->par);
-            gr_round(out, T, o->round);
+            tpu_ew_tile_f(r->nodes[o->node].op, n, out, x, y, z, &o->par);
+            gr_round(out, n, o->round);
         }
+        if (o->rowop) gr_fill(out, out[0], T);
         if (o->store >= 0) {
             int m = o->store;
             int64_t s = r->st[m][r->nd - 1];
-            tpu_tile_store_f32(r->base[m] + (size_t)(off[m] + inner * s) * r->esz[m], s, out, len, r->dt[m]);
+            tpu_tile_store_f32(r->base[m] + (size_t)(off[m] + inner * s) * r->esz[m], s, out, o->rowop ? 1 : len,
+                               r->dt[m]);
         }
     }
 }
@@ -503,8 +523,8 @@ static bool table_run(const gr_run *r, int in) {
 tpu_status tpu_gr_run_group(const tpu_gprog *p, const gr_group *g) {
     gr_run *r = malloc(sizeof *r);
     size_t nm = (size_t)(g->nmem ? g->nmem : 1);
-    void *arrays = malloc(nm * (sizeof *r->st + sizeof *r->base + sizeof *r->dt + sizeof *r->esz));
-    const tpu_tensor **views = malloc(nm * sizeof *views);
+    void *arrays = malloc((nm + 1) * (sizeof *r->st + sizeof *r->base + sizeof *r->dt + sizeof *r->esz));
+    const tpu_tensor **views = malloc((nm + 1) * sizeof *views);
     int16_t *phys = malloc((size_t)(g->nslots + 1) * sizeof *phys);
     float *cval = malloc((size_t)(g->ncst + 1) * sizeof *cval);
     if (!r || !arrays || !views || !phys || !cval) {
@@ -515,8 +535,8 @@ tpu_status tpu_gr_run_group(const tpu_gprog *p, const gr_group *g) {
         free(cval);
         return TPU_ERROR_OUT_OF_MEMORY;
     }
-    r->st = arrays; /* int64 rows first: every part stays aligned */
-    r->base = (char **)(r->st + nm);
+    r->st = arrays;                      /* int64 rows first: every part stays aligned */
+    r->base = (char **)(r->st + nm + 1); /* (st: one more row, for row mode's marker) */
     r->esz = (size_t *)(r->base + nm);
     r->dt = (tpu_dtype *)(r->esz + nm);
     r->g = g;
@@ -538,12 +558,13 @@ tpu_status tpu_gr_run_group(const tpu_gprog *p, const gr_group *g) {
     for (int sl = 1 + g->ncst; sl < g->nslots; sl++) phys[sl] = (int16_t)(sl - g->ncst + r->ncval);
     r->nphys = g->nslots - g->ncst + r->ncval;
     r->tile = r->nphys <= GR_LONG_SLOTS ? GR_TILE : TPU_TILE;
-    const tpu_tensor *space = &p->nodes[g->ops[0].node].t[0];
-    int64_t row = 0;             /* row mode: the row's length */
+    const tpu_kargs *a0 = &p->nodes[g->ops[0].node];
+    const tpu_tensor *space = g->ops[0].red ? &a0->t[1] : &a0->t[0]; /* (graph.c: group_space) */
+    int64_t row = 0;                                                 /* row mode: the row's length */
     tpu_tensor *expanded = NULL; /* row mode: each row reduction's output seen over the space (stride 0 in the row) */
     for (int i = 0; i < g->nops; i++)
         if (g->ops[i].red) row = space->sizes[space->ndim - 1];
-    if (row && !(expanded = malloc((size_t)g->nmem * sizeof *expanded))) {
+    if (row && !(expanded = malloc((size_t)(g->nmem + 1) * sizeof *expanded))) {
         free(r), free(arrays), free(views), free(phys), free(cval);
         return TPU_ERROR_OUT_OF_MEMORY;
     }
@@ -552,14 +573,26 @@ tpu_status tpu_gr_run_group(const tpu_gprog *p, const gr_group *g) {
         r->dt[m] = (tpu_dtype)t->dtype;
         r->esz[m] = tpu_dtype_size(r->dt[m]);
         r->base[m] = (char *)t->base + (size_t)t->offset * r->esz[m];
-        if (row && g->mem[m].k == 0 && tpu_op_class_of(p->nodes[g->mem[m].node].op) == TPU_CLASS_REDUCTION) {
+        if (row && row_view(space, t)) { /* one element per row (row reductions and row ops) */
             expanded[m] = *t;
             expanded[m].sizes[t->ndim - 1] = row;
             expanded[m].strides[t->ndim - 1] = 0;
             views[m] = &expanded[m];
         }
     }
-    r->numel = tpu_tile_coalesce(space, g->nmem, views, r->sz, r->st, &r->nd);
+    int ncv = g->nmem;
+    if (row) { /* a marker: rows contiguous, stride 0 along them (so coalescing never merges a row away) */
+        tpu_tensor *mk = &expanded[g->nmem];
+        *mk = *space;
+        int64_t st = 1;
+        mk->strides[space->ndim - 1] = 0;
+        for (int d = space->ndim - 2; d >= 0; d--) {
+            mk->strides[d] = st;
+            st *= space->sizes[d];
+        }
+        views[ncv++] = mk;
+    }
+    r->numel = tpu_tile_coalesce(space, ncv, views, r->sz, r->st, &r->nd);
     r->grain = GR_GRAIN;
     if (row) { /* (the expanded outputs keep the row a dim of its own) */
         r->tile = (int)((row + TPU_TILE - 1) / TPU_TILE * TPU_TILE);

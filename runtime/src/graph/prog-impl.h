@@ -15,8 +15,10 @@ typedef struct gr_op {
     int node;        /* index into the program's nodes */
     int nin;         /* inputs (1..3; 0 for a random fill) */
     bool random;     /* a random fill: element i from (seed, offset, i), as tpu_random_element */
-    bool red;        /* a row reduction (tpu_red_row_exact): folds slot in[0] over the row (the tile),
-                      * its one value stored to `store` (never read inside the group) */
+    bool red;        /* a row reduction (tpu_red_row_exact): folds slot in[0] over the row (the tile)
+                      * into one value per row, stored to `store` and broadcast over slot `out` */
+    bool rowop;      /* an op over the row space [..., 1] (row mode): one value per row, broadcast over
+                      * its slot; its memory operands are one element per row */
     int16_t in[3];   /* slot of input j */
     int16_t load[3]; /* >= 0: memory operand loaded into slot in[j] before the op */
     int16_t out;     /* slot of the result */
