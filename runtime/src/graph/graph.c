@@ -498,8 +498,7 @@ static const tpu_tensor *group_space(const gbuild *b) {
     return b->ops[0].red ? &a0->t[1] : &a0->t[0];
 }
 
-/* Whether t's sizes are the group space's with the last dim 1 (the row space). */
-static bool row_shaped(const tpu_tensor *space, const tpu_tensor *t) {
+bool tpu_gr_row_shaped(const tpu_tensor *space, const tpu_tensor *t) {
     int l = space->ndim - 1;
     if (l < 0 || t->ndim != space->ndim || t->sizes[l] != 1 || space->sizes[l] < 2) return false;
     for (int d = 0; d < l; d++)
@@ -551,7 +550,7 @@ static bool try_join(gbuild *b, int i, const tpu_ew_par *par) {
         bool same = o0->ndim == space->ndim;
         for (int d = 0; same && d < space->ndim; d++) same = o0->sizes[d] == space->sizes[d];
         /* in row mode an op over the row space computes one value per row (a row value) */
-        rowop = !same && !red && b->rows && !is_random(a->op) && row_shaped(o0, o);
+        rowop = !same && !red && b->rows && !is_random(a->op) && tpu_gr_row_shaped(o0, o);
         if (!same && !rowop) return false;
     }
     int nin = is_random(a->op) ? 0 : a->n - 1, newloads = 0; /* (bernoulli's p is read from the node) */

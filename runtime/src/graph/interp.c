@@ -77,16 +77,6 @@ typedef struct gr_run {
     atomic_bool oom; /* a block found no host memory for its slots */
 } gr_run;
 
-/* Whether view t is over the row space of `space` (sizes [..., 1] where
- * space's are [..., n > 1]): one element per row. */
-static bool row_view(const tpu_tensor *space, const tpu_tensor *t) {
-    int l = space->ndim - 1;
-    if (l < 0 || t->ndim != space->ndim || t->sizes[l] != 1 || space->sizes[l] < 2) return false;
-    for (int d = 0; d < l; d++)
-        if (t->sizes[d] != space->sizes[d]) return false;
-    return true;
-}
-
 /* v over a tile of n floats (n a multiple of TPU_TILE; vectorized). */
 static TPU_TARGET_CLONES void gr_fill(float *restrict t, float v, int n) { GR_LOOP(i) t[i] = v; }
 
@@ -573,7 +563,7 @@ tpu_status tpu_gr_run_group(const tpu_gprog *p, const gr_group *g) {
         r->dt[m] = (tpu_dtype)t->dtype;
         r->esz[m] = tpu_dtype_size(r->dt[m]);
         r->base[m] = (char *)t->base + (size_t)t->offset * r->esz[m];
-        if (row && row_view(space, t)) { /* one element per row (row reductions and row ops) */
+        if (row && tpu_gr_row_shaped(space, t)) { /* one element per row (row reductions and row ops) */
             expanded[m] = *t;
             expanded[m].sizes[t->ndim - 1] = row;
             expanded[m].strides[t->ndim - 1] = 0;

@@ -74,6 +74,10 @@ struct tpu_gprog {
     bool tables; /* run table-eligible groups as lookup tables (tpu_set_fused_tables at compile) */
 };
 
+/* Whether t's sizes are space's with the last dim 1 where space's is > 1:
+ * one element per row of space (the row space of a group in row mode). */
+bool tpu_gr_row_shaped(const tpu_tensor *space, const tpu_tensor *t);
+
 /* Whether group g (views in nodes) can run as a lookup table: the memory
  * operand it would index by, or -1 (interp.c). */
 int tpu_gr_table_input(const gr_group *g, const tpu_kargs *nodes);
