@@ -1,0 +1,199 @@
+/* linalg-tmpl.h - the column-major cores of kernels/linalg.c, written once
+ * and included twice: with LA_T float (float32 computes in float32, as
+ * LAPACK's s-routines) and LA_T double. LA_F(name) gives each copy its own
+ * names (name_f / name_d). Every routine works on a dense column-major
+ * buffer: element (i, j) of a matrix with leading dimension ld is a[i + j*ld].
+ * The loops are LAPACK's and the reference BLAS's unblocked ones (dpotf2,
+ * dgetf2, dtrsm, dtrti2), in their order of operations. */
+
+/* Matrix (r x c) of t at element offset off -> w (ld r), transposed if tr. */
+static void LA_F(load)(const tpu_tensor *t, int64_t off, int64_t r, int64_t c, bool tr, LA_T *w) {
+    const LA_T *s = (const LA_T *)t->base + off;
+    int64_t s0 = t->strides[t->ndim - 2], s1 = t->strides[t->ndim - 1];
+    if (tr) {
+        int64_t x = s0;
+        s0 = s1;
+        s1 = x;
+    }
+    for (int64_t j = 0; j < c; j++)
+        for (int64_t i = 0; i < r; i++) w[i + j * r] = s[i * s0 + j * s1];
+}
+
+static void LA_F(store)(const tpu_tensor *t, int64_t off, int64_t r, int64_t c, bool tr, const LA_T *w) {
+    LA_T *d = (LA_T *)t->base + off;
+    int64_t s0 = t->strides[t->ndim - 2], s1 = t->strides[t->ndim - 1];
+    if (tr) {
+        int64_t x = s0;
+        s0 = s1;
+        s1 = x;
+    }
+    for (int64_t j = 0; j < c; j++)
+        for (int64_t i = 0; i < r; i++) d[i * s0 + j * s1] = w[i + j * r];
+}
+
+/* B (m x nrhs, ldb) := op(A)^-1 B for triangular A (m x m, lda); op(A) = A^T
+ * if trans. dtrsm's Left cases. */
+static void LA_F(trsm)(bool upper, bool trans, bool unit, int64_t m, int64_t nrhs, const LA_T *a, int64_t lda, LA_T *b,
+                       int64_t ldb) {
+    for (int64_t j = 0; j < nrhs; j++) {
+        LA_T *x = b + j * ldb;
+        if (!trans && upper) {
+            for (int64_t k = m - 1; k >= 0; k--) {
+                if (x[k] == 0) continue;
+                if (!unit) x[k] /= a[k + k * lda];
+                LA_T t = x[k];
+                const LA_T *ak = a + k * lda;
+                for (int64_t i = 0; i < k; i++) x[i] -= t * ak[i];
+            }
+        } else if (!trans) {
+            for (int64_t k = 0; k < m; k++) {
+                if (x[k] == 0) continue;
+                if (!unit) x[k] /= a[k + k * lda];
+                LA_T t = x[k];
+                const LA_T *ak = a + k * lda;
+                for (int64_t i = k + 1; i < m; i++) x[i] -= t * ak[i];
+            }
+        } else if (upper) { /* A^T lower: forward, dot products down A's columns */
+            for (int64_t i = 0; i < m; i++) {
+                LA_T t = x[i];
+                const LA_T *ai = a + i * lda;
+                for (int64_t k = 0; k < i; k++) t -= ai[k] * x[k];
+                if (!unit) t /= ai[i];
+                x[i] = t;
+            }
+        } else {
+            for (int64_t i = m - 1; i >= 0; i--) {
+                LA_T t = x[i];
+                const LA_T *ai = a + i * lda;
+                for (int64_t k = i + 1; k < m; k++) t -= ai[k] * x[k];
+                if (!unit) t /= ai[i];
+                x[i] = t;
+            }
+        }
+    }
+}
+
+/* A (n x n, lda) = L L^T from its lower triangle, L in place (dpotf2,
+ * lower). Returns 0, or the 1-based order of the first leading minor that
+ * is not positive-definite (its diagonal element keeps the value that
+ * failed, as LAPACK leaves it). */
+static int64_t LA_F(potrf)(int64_t n, LA_T *a, int64_t lda) {
+    for (int64_t j = 0; j < n; j++) {
+        LA_T *cj = a + j * lda, ajj = 0;
+        for (int64_t k = 0; k < j; k++) ajj += a[j + k * lda] * a[j + k * lda];
+        ajj = cj[j] - ajj;
+        if (!(ajj > 0)) { /* NaN too */
+            cj[j] = ajj;
+            return j + 1;
+        }
+        ajj = (LA_T)sqrt(ajj);
+        cj[j] = ajj;
+        for (int64_t k = 0; k < j; k++) {
+            LA_T t = a[j + k * lda];
+            const LA_T *ck = a + k * lda;
+            for (int64_t i = j + 1; i < n; i++) cj[i] -= t * ck[i];
+        }
+        LA_T r = 1 / ajj;
+        for (int64_t i = j + 1; i < n; i++) cj[i] *= r;
+    }
+    return 0;
+}
+
+/* L (n x n lower, lda) -> (L L^T)^-1 into w (n x n, ld n, both triangles):
+ * L^-1 in place (dtrti2, lower), then w = L^-T L^-1. Returns 0, or the
+ * 1-based index of the first zero diagonal element (nothing computed). */
+static int64_t LA_F(potri)(int64_t n, LA_T *a, int64_t lda, LA_T *w) {
+    for (int64_t j = 0; j < n; j++)
+        if (a[j + j * lda] == 0) return j + 1;
+    for (int64_t j = n - 1; j >= 0; j--) {
+        LA_T *cj = a + j * lda;
+        cj[j] = 1 / cj[j];
+        LA_T ajj = -cj[j];
+        /* cj[j+1:n] := L^-1[j+1:n, j+1:n] cj[j+1:n] (dtrmv lower), then scaled by ajj */
+        for (int64_t q = n - 1; q > j; q--) {
+            if (cj[q] == 0) continue;
+            LA_T t = cj[q];
+            const LA_T *cq = a + q * lda;
+            for (int64_t i = n - 1; i > q; i--) cj[i] += t * cq[i];
+            cj[q] *= cq[q];
+        }
+        for (int64_t i = j + 1; i < n; i++) cj[i] *= ajj;
+    }
+    for (int64_t j = 0; j < n; j++)
+        for (int64_t i = j; i < n; i++) {
+            LA_T s = 0;
+            for (int64_t k = i; k < n; k++) s += a[k + i * lda] * a[k + j * lda];
+            w[i + j * n] = s;
+            w[j + i * n] = s;
+        }
+    return 0;
+}
+
+/* P A = L U of A (m x n, lda) in place (dgetf2): ipiv[j] (1-based) is the
+ * row swapped with row j, the first of the largest |a| in column j at or
+ * below the diagonal. Returns 0, or the 1-based index of the first zero
+ * pivot (the factorization goes on, as LAPACK's). */
+static int64_t LA_F(getrf)(int64_t m, int64_t n, LA_T *a, int64_t lda, int32_t *ipiv) {
+    int64_t info = 0, k = m < n ? m : n;
+    LA_T sfmin = sizeof(LA_T) == sizeof(float) ? (LA_T)FLT_MIN : (LA_T)DBL_MIN;
+    for (int64_t j = 0; j < k; j++) {
+        LA_T *cj = a + j * lda;
+        int64_t p = j;
+        LA_T big = (LA_T)fabs(cj[j]);
+        for (int64_t i = j + 1; i < m; i++)
+            if ((LA_T)fabs(cj[i]) > big) {
+                big = (LA_T)fabs(cj[i]);
+                p = i;
+            }
+        ipiv[j] = (int32_t)(p + 1);
+        if (cj[p] != 0) {
+            if (p != j)
+                for (int64_t q = 0; q < n; q++) {
+                    LA_T t = a[j + q * lda];
+                    a[j + q * lda] = a[p + q * lda];
+                    a[p + q * lda] = t;
+                }
+            if ((LA_T)fabs(cj[j]) >= sfmin) {
+                LA_T r = 1 / cj[j];
+                for (int64_t i = j + 1; i < m; i++) cj[i] *= r;
+            } else {
+                for (int64_t i = j + 1; i < m; i++) cj[i] /= cj[j];
+            }
+        } else if (info == 0) {
+            info = j + 1;
+        }
+        for (int64_t q = j + 1; q < n; q++) { /* rank-1 update of the trailing matrix */
+            LA_T *cq = a + q * lda, t = -cq[j];
+            for (int64_t i = j + 1; i < m; i++) cq[i] += cj[i] * t;
+        }
+    }
+    return info;
+}
+
+/* B (n x nrhs, ldb) := A^-1 B (A^-T B if trans) from getrf's LU and ipiv (dgetrs). */
+static void LA_F(getrs)(bool trans, int64_t n, int64_t nrhs, const LA_T *lu, int64_t lda, const int32_t *ipiv, LA_T *b,
+                        int64_t ldb) {
+    if (!trans) {
+        for (int64_t j = 0; j < nrhs; j++)
+            for (int64_t i = 0; i < n; i++) {
+                int64_t p = ipiv[i] - 1;
+                if (p == i) continue;
+                LA_T t = b[i + j * ldb];
+                b[i + j * ldb] = b[p + j * ldb];
+                b[p + j * ldb] = t;
+            }
+        LA_F(trsm)(false, false, true, n, nrhs, lu, lda, b, ldb);
+        LA_F(trsm)(true, false, false, n, nrhs, lu, lda, b, ldb);
+    } else {
+        LA_F(trsm)(true, true, false, n, nrhs, lu, lda, b, ldb);
+        LA_F(trsm)(false, true, true, n, nrhs, lu, lda, b, ldb);
+        for (int64_t j = 0; j < nrhs; j++)
+            for (int64_t i = n - 1; i >= 0; i--) {
+                int64_t p = ipiv[i] - 1;
+                if (p == i) continue;
+                LA_T t = b[i + j * ldb];
+                b[i + j * ldb] = b[p + j * ldb];
+                b[p + j * ldb] = t;
+            }
+    }
+}

@@ -1,0 +1,311 @@
+/* ref_linalg.c - the linear algebra ops' operand checks (shared with the fast
+ * kernels, kernels/linalg.c) and their reference kernels: textbook
+ * substitution, Cholesky-Crout, Doolittle with partial pivoting, in double,
+ * element by element on the strided operands. The oracle the fast kernels
+ * are tested against (tests/c/test_kernels_linalg.c). */
+#include "ref/ref-impl.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+int64_t tpu_linalg_batch_off(const tpu_tensor *t, int nb, int64_t b) {
+    int64_t off = t->offset;
+    for (int d = nb - 1; d >= 0; d--) {
+        off += (b % t->sizes[d]) * t->strides[d];
+        b /= t->sizes[d];
+    }
+    return off;
+}
+
+/* t has `nd` dims whose first nb are the batch sizes of ref (t[0]). */
+static bool la_batch_ok(const tpu_tensor *t, int nd, const tpu_tensor *ref, int nb) {
+    if (t->is_scalar || t->ndim != nd) return false;
+    for (int d = 0; d < nb; d++)
+        if (t->sizes[d] != ref->sizes[d]) return false;
+    return true;
+}
+
+tpu_status tpu_linalg_check(tpu_kargs *a, tpu_linalg_dims *d) {
+    const char *name = tpu_op_name(a->op);
+    const tpu_tensor *t0 = &a->t[0];
+    int nd = t0->ndim, nb = a->op == TPU_OP_LU_PERM ? nd - 1 : nd - 2;
+    if (t0->is_scalar || nb < 0) return tpu_kernel_fail(a, "%s: output 0 has %d dims", name, nd);
+    memset(d, 0, sizeof *d);
+    d->nb = nb;
+    d->batch = 1;
+    for (int q = 0; q < nb; q++) d->batch *= t0->sizes[q];
+    d->m = t0->sizes[nb];
+    d->n = a->op == TPU_OP_LU_PERM ? 0 : t0->sizes[nb + 1];
+    if (d->m > INT32_MAX || d->n > INT32_MAX) return tpu_kernel_fail(a, "%s: matrices too large", name);
+    bool flt = a->op != TPU_OP_LU_PERM;
+    if (flt && t0->dtype != TPU_F32 && t0->dtype != TPU_F64)
+        return tpu_kernel_fail(a, "%s: float32 or float64 matrices", name);
+    const tpu_tensor *m = a->n > 1 ? &a->t[1] : NULL, *k = a->n > 2 ? &a->t[2] : NULL;
+    bool ok = true;
+    switch (a->op) {
+    case TPU_OP_TRSM: { /* B (m x n), A square of B's rows (left) or columns */
+        int64_t o = a->p.i[0] ? d->m : d->n;
+        ok = la_batch_ok(m, nd, t0, nb) && m->dtype == t0->dtype && m->sizes[nb] == o && m->sizes[nb + 1] == o;
+        break;
+    }
+    case TPU_OP_POTRF:
+    case TPU_OP_POTRI: ok = d->m == d->n && la_batch_ok(m, nb, t0, nb) && m->dtype == TPU_I32; break;
+    case TPU_OP_GETRF:
+        ok = la_batch_ok(m, nb + 1, t0, nb) && m->dtype == TPU_I32 && m->sizes[nb] == (d->m < d->n ? d->m : d->n) &&
+             la_batch_ok(k, nb, t0, nb) && k->dtype == TPU_I32;
+        break;
+    case TPU_OP_GETRS: /* B (n x nrhs), LU (n x n), pivots [n] */
+        ok = la_batch_ok(m, nd, t0, nb) && m->dtype == t0->dtype && m->sizes[nb] == d->m && m->sizes[nb + 1] == d->m &&
+             la_batch_ok(k, nb + 1, t0, nb) && k->dtype == TPU_I32 && k->sizes[nb] == d->m;
+        break;
+    case TPU_OP_LU_PERM: /* perm [m] int64, pivots [k <= m] int32 */
+        ok = t0->dtype == TPU_I64 && la_batch_ok(m, nd, t0, nb) && m->dtype == TPU_I32 && m->sizes[nb] <= d->m;
+        if (ok) d->n = m->sizes[nb];
+        break;
+    default: ok = false;
+    }
+    if (!ok) return tpu_kernel_fail(a, "%s: operands of mismatched shapes or dtypes", name);
+    return TPU_OK;
+}
+
+tpu_status tpu_linalg_bad_pivot(tpu_kargs *a, const tpu_linalg_dims *d, int64_t batch, int64_t value) {
+    int64_t hi = d->m;
+    return tpu_kernel_fail(a,
+                           "%s: pivots must be between 1 and %lld inclusive (the pivots of torch.linalg.lu_factor); "
+                           "got pivot %lld in matrix %lld",
+                           tpu_op_name(a->op), (long long)hi, (long long)value, (long long)batch);
+}
+
+/* ---- element access: matrix at element offset off, (i, j) ---- */
+static double rl_get(const tpu_tensor *t, int64_t off, int64_t i, int64_t j) {
+    int64_t e = off + i * t->strides[t->ndim - 2] + j * t->strides[t->ndim - 1];
+    return tpu_load_f64((const char *)t->base + (size_t)e * tpu_dtype_size((tpu_dtype)t->dtype), (tpu_dtype)t->dtype);
+}
+
+static void rl_set(const tpu_tensor *t, int64_t off, int64_t i, int64_t j, double v) {
+    int64_t e = off + i * t->strides[t->ndim - 2] + j * t->strides[t->ndim - 1];
+    tpu_store_f64((char *)t->base + (size_t)e * tpu_dtype_size((tpu_dtype)t->dtype), (tpu_dtype)t->dtype, v);
+}
+
+static int64_t rl_geti(const tpu_tensor *t, int64_t off, int64_t i) {
+    int64_t e = off + i * t->strides[t->ndim - 1];
+    return tpu_load_i64((const char *)t->base + (size_t)e * tpu_dtype_size((tpu_dtype)t->dtype), (tpu_dtype)t->dtype);
+}
+
+static void rl_seti(const tpu_tensor *t, int64_t off, int64_t i, int64_t v) {
+    int64_t e = off + i * t->strides[t->ndim - 1];
+    tpu_store_i64((char *)t->base + (size_t)e * tpu_dtype_size((tpu_dtype)t->dtype), (tpu_dtype)t->dtype, v);
+}
+
+/* Solve G x = x in place for triangular G (n x n, row-major g), lower or upper. */
+static void rl_subst(const double *g, int64_t n, bool lower, bool unit, double *x) {
+    for (int64_t s = 0; s < n; s++) {
+        int64_t i = lower ? s : n - 1 - s;
+        double v = x[i];
+        if (lower)
+            for (int64_t k = 0; k < i; k++) v -= g[i * n + k] * x[k];
+        else
+            for (int64_t k = i + 1; k < n; k++) v -= g[i * n + k] * x[k];
+        x[i] = unit ? v : v / g[i * n + i];
+    }
+}
+
+/* Solve op(A) X = B (left) or X op(A) = B, column by column (row by row). */
+static void ref_trsm(tpu_kargs *a, const tpu_linalg_dims *d, int64_t b, double *g, double *x) {
+    const tpu_tensor *B = &a->t[0], *A = &a->t[1];
+    tpu_args_TRSM q = tpu_unpack_TRSM(&a->p);
+    int64_t bo = tpu_linalg_batch_off(B, d->nb, b), ao = tpu_linalg_batch_off(A, d->nb, b);
+    int64_t k = q.left ? d->m : d->n, nv = q.left ? d->n : d->m;
+    /* G = op(A) (left), op(A)^T (right): the matrix each column of B (row of B) is solved with */
+    bool tr = (q.trans != 0) != !q.left;
+    for (int64_t i = 0; i < k; i++)
+        for (int64_t j = 0; j < k; j++) g[i * k + j] = tr ? rl_get(A, ao, j, i) : rl_get(A, ao, i, j);
+    bool lower = (q.upper != 0) == tr;
+    for (int64_t v = 0; v < nv; v++) {
+        for (int64_t i = 0; i < k; i++) x[i] = q.left ? rl_get(B, bo, i, v) : rl_get(B, bo, v, i);
+        rl_subst(g, k, lower, q.unit != 0, x);
+        for (int64_t i = 0; i < k; i++) q.left ? rl_set(B, bo, i, v, x[i]) : rl_set(B, bo, v, i, x[i]);
+    }
+}
+
+/* L (row-major, n x n) of A's lower triangle (upper: of its transpose). */
+static void rl_lower(const tpu_tensor *A, int64_t ao, int64_t n, bool up, double *l) {
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < n; j++) l[i * n + j] = j > i ? 0 : (up ? rl_get(A, ao, j, i) : rl_get(A, ao, i, j));
+}
+
+static void ref_potrf(tpu_kargs *a, const tpu_linalg_dims *d, int64_t b, double *l, double *x) {
+    const tpu_tensor *A = &a->t[0], *info = &a->t[1];
+    bool up = a->p.i[0] != 0;
+    int64_t n = d->m, ao = tpu_linalg_batch_off(A, d->nb, b), v = 0;
+    rl_lower(A, ao, n, up, l);
+    for (int64_t j = 0; j < n && !v; j++) {
+        double s = l[j * n + j];
+        for (int64_t k = 0; k < j; k++) s -= l[j * n + k] * l[j * n + k];
+        if (!(s > 0)) {
+            v = j + 1;
+            break;
+        }
+        l[j * n + j] = sqrt(s);
+        for (int64_t i = j + 1; i < n; i++) {
+            double t = l[i * n + j];
+            for (int64_t k = 0; k < j; k++) t -= l[i * n + k] * l[j * n + k];
+            l[i * n + j] = t / l[j * n + j];
+        }
+    }
+    if (!v)
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t j = 0; j <= i; j++) up ? rl_set(A, ao, j, i, l[i * n + j]) : rl_set(A, ao, i, j, l[i * n + j]);
+    (void)x;
+    tpu_store_i64((int32_t *)info->base + tpu_linalg_batch_off(info, d->nb, b), TPU_I32, v);
+}
+
+/* (L L^T)^-1 column by column: L y = e_c, L^T x = y. */
+static void ref_potri(tpu_kargs *a, const tpu_linalg_dims *d, int64_t b, double *l, double *x) {
+    const tpu_tensor *A = &a->t[0], *info = &a->t[1];
+    bool up = a->p.i[0] != 0;
+    int64_t n = d->m, ao = tpu_linalg_batch_off(A, d->nb, b), v = 0;
+    rl_lower(A, ao, n, up, l);
+    for (int64_t j = 0; j < n && !v; j++)
+        if (l[j * n + j] == 0) v = j + 1;
+    double *lt = x + n;
+    for (int64_t i = 0; i < n && !v; i++)
+        for (int64_t j = 0; j < n; j++) lt[i * n + j] = l[j * n + i];
+    for (int64_t c = 0; c < n && !v; c++) {
+        for (int64_t i = 0; i < n; i++) x[i] = i == c;
+        rl_subst(l, n, true, false, x);
+        rl_subst(lt, n, false, false, x);
+        for (int64_t i = 0; i < n; i++) rl_set(A, ao, i, c, x[i]);
+    }
+    tpu_store_i64((int32_t *)info->base + tpu_linalg_batch_off(info, d->nb, b), TPU_I32, v);
+}
+
+static void ref_getrf(tpu_kargs *a, const tpu_linalg_dims *d, int64_t b, double *w, double *x) {
+    const tpu_tensor *A = &a->t[0], *piv = &a->t[1], *info = &a->t[2];
+    int64_t m = d->m, n = d->n, k = m < n ? m : n, v = 0, ao = tpu_linalg_batch_off(A, d->nb, b);
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) w[i * n + j] = rl_get(A, ao, i, j);
+    int64_t po = tpu_linalg_batch_off(piv, d->nb, b);
+    for (int64_t j = 0; j < k; j++) {
+        int64_t p = j;
+        for (int64_t i = j + 1; i < m; i++)
+            if (fabs(w[i * n + j]) > fabs(w[p * n + j])) p = i;
+        rl_seti(piv, po, j, p + 1);
+        if (w[p * n + j] == 0) {
+            if (!v) v = j + 1;
+            continue;
+        }
+        for (int64_t q = 0; q < n; q++) {
+            double t = w[j * n + q];
+            w[j * n + q] = w[p * n + q];
+            w[p * n + q] = t;
+        }
+        for (int64_t i = j + 1; i < m; i++) {
+            w[i * n + j] /= w[j * n + j];
+            for (int64_t q = j + 1; q < n; q++) w[i * n + q] -= w[i * n + j] * w[j * n + q];
+        }
+    }
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) rl_set(A, ao, i, j, w[i * n + j]);
+    (void)x;
+    tpu_store_i64((int32_t *)info->base + tpu_linalg_batch_off(info, d->nb, b), TPU_I32, v);
+}
+
+/* A = P L U: A x = b is L U x = P^T b; A^T x = b is U^T L^T (P^T x) = b. */
+static bool ref_getrs(tpu_kargs *a, const tpu_linalg_dims *d, int64_t b, double *w, double *x, int64_t *bad) {
+    const tpu_tensor *B = &a->t[0], *LU = &a->t[1], *piv = &a->t[2];
+    bool tr = a->p.i[0] != 0;
+    int64_t n = d->m, lo = tpu_linalg_batch_off(LU, d->nb, b), bo = tpu_linalg_batch_off(B, d->nb, b);
+    int64_t po = tpu_linalg_batch_off(piv, d->nb, b);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t p = rl_geti(piv, po, i);
+        if (p < 1 || p > n) {
+            *bad = p;
+            return false;
+        }
+    }
+    double *l = w, *u = w + n * n; /* row-major L (unit) and U, or their transposes */
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < n; j++) {
+            double e = rl_get(LU, lo, i, j), lij = i == j ? 1 : (j < i ? e : 0), uij = j >= i ? e : 0;
+            if (tr) {
+                l[j * n + i] = lij;
+                u[j * n + i] = uij;
+            } else {
+                l[i * n + j] = lij;
+                u[i * n + j] = uij;
+            }
+        }
+    for (int64_t c = 0; c < d->n; c++) {
+        for (int64_t i = 0; i < n; i++) x[i] = rl_get(B, bo, i, c);
+        if (!tr) {
+            for (int64_t i = 0; i < n; i++) {
+                int64_t p = rl_geti(piv, po, i) - 1;
+                double t = x[i];
+                x[i] = x[p];
+                x[p] = t;
+            }
+            rl_subst(l, n, true, true, x);
+            rl_subst(u, n, false, false, x);
+        } else {
+            rl_subst(u, n, true, false, x);
+            rl_subst(l, n, false, true, x);
+            for (int64_t i = n - 1; i >= 0; i--) {
+                int64_t p = rl_geti(piv, po, i) - 1;
+                double t = x[i];
+                x[i] = x[p];
+                x[p] = t;
+            }
+        }
+        for (int64_t i = 0; i < n; i++) rl_set(B, bo, i, c, x[i]);
+    }
+    return true;
+}
+
+static bool ref_perm(tpu_kargs *a, const tpu_linalg_dims *d, int64_t b, int64_t *bad) {
+    const tpu_tensor *perm = &a->t[0], *piv = &a->t[1];
+    int64_t po = tpu_linalg_batch_off(perm, d->nb, b), vo = tpu_linalg_batch_off(piv, d->nb, b);
+    for (int64_t i = 0; i < d->n; i++) {
+        int64_t j = rl_geti(piv, vo, i);
+        if (j < 1 || j > d->m) {
+            *bad = j;
+            return false;
+        }
+        int64_t t = rl_geti(perm, po, i);
+        rl_seti(perm, po, i, rl_geti(perm, po, j - 1));
+        rl_seti(perm, po, j - 1, t);
+    }
+    return true;
+}
+
+tpu_status tpu_ref_linalg(tpu_kargs *a) {
+    tpu_linalg_dims d;
+    tpu_status s = tpu_linalg_check(a, &d);
+    if (s || d.batch == 0) return s;
+    int64_t mm = d.m > d.n ? d.m : d.n;
+    double *w = malloc((size_t)(2 * mm * mm + 1) * sizeof *w), *x = malloc((size_t)(3 * mm * mm + 1) * sizeof *x);
+    if (!w || !x) {
+        free(w);
+        free(x);
+        return tpu_kernel_fail(a, "%s: out of host memory", tpu_op_name(a->op));
+    }
+    for (int64_t b = 0; b < d.batch && !s; b++) {
+        int64_t bad = 0;
+        switch (a->op) {
+        case TPU_OP_TRSM: ref_trsm(a, &d, b, w, x); break;
+        case TPU_OP_POTRF: ref_potrf(a, &d, b, w, x); break;
+        case TPU_OP_POTRI: ref_potri(a, &d, b, w, x); break;
+        case TPU_OP_GETRF: ref_getrf(a, &d, b, w, x); break;
+        case TPU_OP_GETRS:
+            if (!ref_getrs(a, &d, b, w, x, &bad)) s = tpu_linalg_bad_pivot(a, &d, b, bad);
+            break;
+        case TPU_OP_LU_PERM:
+            if (!ref_perm(a, &d, b, &bad)) s = tpu_linalg_bad_pivot(a, &d, b, bad);
+            break;
+        default: s = tpu_kernel_fail(a, "%s: not a linalg op", tpu_op_name(a->op));
+        }
+    }
+    free(w);
+    free(x);
+    return s;
+}
