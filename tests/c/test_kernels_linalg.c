@@ -1,6 +1,6 @@
 /* test_kernels_linalg.c - the linear algebra kernels (LINALG family:
  * triangular solve, Cholesky and its inverse, LU factor and solve, the pivot
- * permutation).
+ * permutation, Householder QR: geqrf, householder_product, ormqr).
  *
  * Each case builds operands in plain host memory (kernels see host
  * pointers), runs the fast kernel and the reference kernel on copies, and
@@ -452,6 +452,97 @@ static void test_lu_hand(void) {
     hfree(&info);
 }
 
+/* ---- Householder QR: geqrf, then Q from the reflectors and Q / Q^T applied from either side ---- */
+static void qr_case(tpu_dtype dt, const shape *s, int64_t m, int64_t n, int layout) {
+    snprintf(case_desc, sizeof case_desc, "geqrf %s nb %d %lldx%lld layout %d", tpu_dtype_name(dt), s->nb, (long long)m,
+             (long long)n, layout);
+    int64_t as[4], ts[3], k = m < n ? m : n;
+    int nd = mksizes(s, m, n, as);
+    for (int q = 0; q < s->nb; q++) ts[q] = s->b[q];
+    ts[s->nb] = k;
+    hten A, Ar, tau, taur;
+    hmk(&A, dt, nd, as, layout);
+    fill_mats(&A, M_RAND);
+    hmk(&tau, dt, s->nb + 1, ts, (layout + 1) % L_COUNT);
+    hclone(&Ar, &A);
+    hclone(&taur, &tau);
+    tpu_tensor ops[2] = {A.t, tau.t};
+    tpu_params p = params4(0, 0, 0, 0);
+    run(false, TPU_OP_GEQRF, ops, 2, p, NULL);
+    ops[0] = Ar.t;
+    ops[1] = taur.t;
+    run(true, TPU_OP_GEQRF, ops, 2, p, NULL);
+    hcmp("geqrf", &A, &Ar, tol(dt) * 10);
+    hcmp("tau", &tau, &taur, tol(dt) * 10);
+    if (n <= m) { /* Q's first n columns */
+        snprintf(case_desc, sizeof case_desc, "orgqr %s nb %d %lldx%lld layout %d", tpu_dtype_name(dt), s->nb,
+                 (long long)m, (long long)n, layout);
+        hten Q, Qr;
+        hclone(&Q, &Ar);
+        hclone(&Qr, &Ar);
+        tpu_tensor o2[2] = {Q.t, taur.t};
+        run(false, TPU_OP_ORGQR, o2, 2, p, NULL);
+        o2[0] = Qr.t;
+        run(true, TPU_OP_ORGQR, o2, 2, p, NULL);
+        hcmp("orgqr", &Q, &Qr, tol(dt) * 10);
+        hfree(&Q);
+        hfree(&Qr);
+    }
+    for (int f = 0; f < 4; f++) { /* op(Q) C: left (C has m rows) or right (m columns), Q or Q^T */
+        bool left = f & 1, tr = f & 2;
+        snprintf(case_desc, sizeof case_desc, "ormqr %s nb %d %lldx%lld layout %d left %d trans %d", tpu_dtype_name(dt),
+                 s->nb, (long long)m, (long long)n, layout, left, tr);
+        int64_t cs[4];
+        mksizes(s, left ? m : 3, left ? 2 : m, cs);
+        hten C, Cr;
+        hmk(&C, dt, nd, cs, (layout + f) % L_COUNT);
+        fill_mats(&C, M_RAND);
+        hclone(&Cr, &C);
+        tpu_tensor o3[3] = {C.t, Ar.t, taur.t};
+        run(false, TPU_OP_ORMQR, o3, 3, params4(left, tr, 0, 0), NULL);
+        o3[0] = Cr.t;
+        run(true, TPU_OP_ORMQR, o3, 3, params4(left, tr, 0, 0), NULL);
+        hcmp("ormqr", &C, &Cr, tol(dt) * 10);
+        hfree(&C);
+        hfree(&Cr);
+    }
+    hten *all[] = {&A, &Ar, &tau, &taur};
+    for (int q = 0; q < 4; q++) hfree(all[q]);
+}
+
+static void test_qr(void) {
+    const tpu_dtype dts[] = {TPU_F32, TPU_F64};
+    for (int d = 0; d < 2; d++)
+        for (int s = 0; s < NSHAPES; s++)
+            for (int f = 0; f < 8; f++)
+                qr_case(dts[d], &shapes[s], 1 + (f * 5) % 9, 1 + (f * 3) % 7, (f + s) % L_COUNT);
+    qr_case(TPU_F64, &shapes[1], 30, 20, L_PERM);
+}
+
+/* LAPACK's signs: [[3], [4]] -> R = -5 (beta = -sign(alpha) ||x||), v = (1, 0.5), tau = 1.6; a zero column
+ * below the diagonal is H = I (tau 0), as is a 1 x n matrix. */
+static void test_qr_hand(void) {
+    snprintf(case_desc, sizeof case_desc, "qr hand values");
+    int64_t s21[2] = {2, 1}, one = 1;
+    hten A, tau;
+    hmk(&A, TPU_F64, 2, s21, L_CONTIG);
+    hmk(&tau, TPU_F64, 1, &one, L_CONTIG);
+    tpu_tensor ops[2] = {A.t, tau.t};
+    for (int ref = 0; ref < 2; ref++) {
+        hset(&A, 0, 3);
+        hset(&A, 1, 4);
+        CHECK(run(ref, TPU_OP_GEQRF, ops, 2, params4(0, 0, 0, 0), NULL) == TPU_OK);
+        CHECK_MSG(fabs(hget(&A, 0) + 5) < 1e-15 && fabs(hget(&A, 1) - 0.5) < 1e-15 && fabs(hget(&tau, 0) - 1.6) < 1e-15,
+                  "ref %d: %g %g %g", ref, hget(&A, 0), hget(&A, 1), hget(&tau, 0));
+        hset(&A, 0, -2);
+        hset(&A, 1, 0);
+        CHECK(run(ref, TPU_OP_GEQRF, ops, 2, params4(0, 0, 0, 0), NULL) == TPU_OK);
+        CHECK(hget(&A, 0) == -2 && hget(&A, 1) == 0 && hget(&tau, 0) == 0);
+    }
+    hfree(&A);
+    hfree(&tau);
+}
+
 /* Malformed launches fail both kernels with a message. */
 static void test_errors(void) {
     snprintf(case_desc, sizeof case_desc, "errors");
@@ -490,6 +581,8 @@ int main(void) {
     RUN_TEST(test_cholesky_hand);
     RUN_TEST(test_lu);
     RUN_TEST(test_lu_hand);
+    RUN_TEST(test_qr);
+    RUN_TEST(test_qr_hand);
     RUN_TEST(test_errors);
     RUN_TEST(test_parallel_batch);
     printf("%ld output tensors compared against the reference\n", ncompared);

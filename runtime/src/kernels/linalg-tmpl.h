@@ -197,3 +197,100 @@ static void LA_F(getrs)(bool trans, int64_t n, int64_t nrhs, const LA_T *lu, int
             }
     }
 }
+
+/* ---- Householder QR (dgeqr2, dorg2r, dorm2r) ----
+ * H = I - tau v v^T with v[0] = 1, v[1:] below the diagonal of A's column. */
+
+/* dlarfg: H (alpha, x) = (beta, 0), beta = -sign(alpha) * ||(alpha, x)||;
+ * x (n - 1, stride 1) becomes v[1:]. Returns tau (0: H = I). */
+static LA_T LA_F(larfg)(int64_t n, LA_T *alpha, LA_T *x) {
+    if (n <= 1) return 0;
+    LA_T scale = 0, ssq = 1; /* dnrm2 of x, scaled */
+    for (int64_t i = 0; i < n - 1; i++)
+        if (x[i] != 0) {
+            LA_T ax = (LA_T)fabs(x[i]);
+            if (scale < ax) {
+                ssq = 1 + ssq * (scale / ax) * (scale / ax);
+                scale = ax;
+            } else {
+                ssq += (ax / scale) * (ax / scale);
+            }
+        }
+    LA_T xnorm = scale * (LA_T)sqrt(ssq);
+    if (xnorm == 0) return 0;
+    LA_T beta = (LA_T)hypot(*alpha, xnorm);
+    if (*alpha >= 0) beta = -beta;
+    LA_T tau = (beta - *alpha) / beta, r = 1 / (*alpha - beta);
+    for (int64_t i = 0; i < n - 1; i++) x[i] *= r;
+    *alpha = beta;
+    return tau;
+}
+
+/* dlarf: C (m x n, ldc) := H C (left) or C H, v (stride 1, v[0] used as is). */
+static void LA_F(larf)(bool left, int64_t m, int64_t n, const LA_T *v, LA_T tau, LA_T *c, int64_t ldc) {
+    if (tau == 0) return;
+    if (left) {
+        for (int64_t j = 0; j < n; j++) {
+            LA_T *cj = c + j * ldc, w = 0;
+            for (int64_t i = 0; i < m; i++) w += cj[i] * v[i];
+            w *= -tau;
+            for (int64_t i = 0; i < m; i++) cj[i] += v[i] * w;
+        }
+    } else {
+        for (int64_t i = 0; i < m; i++) {
+            LA_T w = 0;
+            for (int64_t j = 0; j < n; j++) w += c[i + j * ldc] * v[j];
+            w *= -tau;
+            for (int64_t j = 0; j < n; j++) c[i + j * ldc] += w * v[j];
+        }
+    }
+}
+
+/* A (m x n, lda) = Q R in place: R on and above the diagonal, the reflectors below; tau[min(m, n)]. */
+static void LA_F(geqrf)(int64_t m, int64_t n, LA_T *a, int64_t lda, LA_T *tau) {
+    int64_t k = m < n ? m : n;
+    for (int64_t i = 0; i < k; i++) {
+        LA_T *ci = a + i * lda;
+        tau[i] = LA_F(larfg)(m - i, &ci[i], ci + i + 1);
+        if (i < n - 1) {
+            LA_T aii = ci[i];
+            ci[i] = 1;
+            LA_F(larf)(true, m - i, n - i - 1, ci + i, tau[i], a + i + (i + 1) * lda, lda);
+            ci[i] = aii;
+        }
+    }
+}
+
+/* A (m x n, lda; the first k columns hold reflectors) := the first n columns of H_0 .. H_{k-1}. */
+static void LA_F(orgqr)(int64_t m, int64_t n, int64_t k, LA_T *a, int64_t lda, const LA_T *tau) {
+    for (int64_t j = k; j < n; j++) {
+        for (int64_t i = 0; i < m; i++) a[i + j * lda] = 0;
+        if (j < m) a[j + j * lda] = 1;
+    }
+    for (int64_t i = k - 1; i >= 0; i--) {
+        LA_T *ci = a + i * lda;
+        if (i < n - 1) {
+            ci[i] = 1;
+            LA_F(larf)(true, m - i, n - i - 1, ci + i, tau[i], a + i + (i + 1) * lda, lda);
+        }
+        for (int64_t l = i + 1; l < m; l++) ci[l] *= -tau[i];
+        ci[i] = 1 - tau[i];
+        for (int64_t l = 0; l < i; l++) ci[l] = 0;
+    }
+}
+
+/* C (m x n, ldc) := op(Q) C (left) or C op(Q), Q = H_0 .. H_{k-1} from the reflectors in a (lda). */
+static void LA_F(ormqr)(bool left, bool trans, int64_t m, int64_t n, int64_t k, LA_T *a, int64_t lda, const LA_T *tau,
+                        LA_T *c, int64_t ldc) {
+    bool fwd = left == trans; /* H_0 first */
+    for (int64_t s = 0; s < k; s++) {
+        int64_t i = fwd ? s : k - 1 - s;
+        LA_T *ci = a + i * lda, aii = ci[i];
+        ci[i] = 1;
+        if (left)
+            LA_F(larf)(true, m - i, n, ci + i, tau[i], c + i, ldc);
+        else
+            LA_F(larf)(false, m, n - i, ci + i, tau[i], c + i * ldc, ldc);
+        ci[i] = aii;
+    }
+}

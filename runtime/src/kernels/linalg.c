@@ -1,5 +1,5 @@
 /* linalg.c - linear algebra over batches of matrices (ops.def: TRSM, POTRF,
- * POTRI, GETRF, GETRS, LU_PERM).
+ * POTRI, GETRF, GETRS, LU_PERM, GEQRF, ORGQR, ORMQR).
  *
  * DESIGN. Each matrix of a batch is copied into a dense column-major working
  * buffer (transposed where that turns the problem into one the cores solve:
@@ -198,6 +198,73 @@ static void la_perm(void *ctx, int64_t b0, int64_t b1) {
     free(pv);
 }
 
+/* ---- GEQRF: t[0] A (in place), t[1] tau; ORGQR: t[0] A (in place), t[1] tau ---- */
+static void la_qr(void *ctx, int64_t b0, int64_t b1) {
+    la_plan *p = ctx;
+    const tpu_tensor *A = &p->a->t[0], *tau = &p->a->t[1];
+    bool gen = p->a->op == TPU_OP_ORGQR;
+    int64_t m = p->d.m, n = p->d.n, k = tau->sizes[tau->ndim - 1], ts = tau->strides[tau->ndim - 1];
+    la_buf w;
+    la_buf_get(&w, p, m * n, k, 0);
+    for (int64_t b = b0; b < b1; b++) {
+        int64_t ao = la_off(A, p->d.nb, b), to = la_off(tau, p->d.nb, b);
+        if (p->f64) {
+            double *t = w.w1, *tb = (double *)tau->base + to;
+            load_d(A, ao, m, n, false, w.w0);
+            if (gen) {
+                for (int64_t i = 0; i < k; i++) t[i] = tb[i * ts];
+                orgqr_d(m, n, k, w.w0, m, t);
+            } else {
+                geqrf_d(m, n, w.w0, m, t);
+                for (int64_t i = 0; i < k; i++) tb[i * ts] = t[i];
+            }
+            store_d(A, ao, m, n, false, w.w0);
+        } else {
+            float *t = w.w1, *tb = (float *)tau->base + to;
+            load_f(A, ao, m, n, false, w.w0);
+            if (gen) {
+                for (int64_t i = 0; i < k; i++) t[i] = tb[i * ts];
+                orgqr_f(m, n, k, w.w0, m, t);
+            } else {
+                geqrf_f(m, n, w.w0, m, t);
+                for (int64_t i = 0; i < k; i++) tb[i * ts] = t[i];
+            }
+            store_f(A, ao, m, n, false, w.w0);
+        }
+    }
+    la_buf_free(&w);
+}
+
+/* ---- ORMQR: t[0] C (in place), t[1] reflectors A (r x k), t[2] tau [k] ---- */
+static void la_ormqr(void *ctx, int64_t b0, int64_t b1) {
+    la_plan *p = ctx;
+    const tpu_tensor *C = &p->a->t[0], *A = &p->a->t[1], *tau = &p->a->t[2];
+    tpu_args_ORMQR q = tpu_unpack_ORMQR(&p->a->p);
+    int64_t m = p->d.m, n = p->d.n, r = A->sizes[A->ndim - 2], k = tau->sizes[tau->ndim - 1];
+    int64_t ts = tau->strides[tau->ndim - 1], ac = A->sizes[A->ndim - 1];
+    la_buf w;
+    la_buf_get(&w, p, r * ac + k, m * n, 0);
+    for (int64_t b = b0; b < b1; b++) {
+        int64_t ao = la_off(A, p->d.nb, b), co = la_off(C, p->d.nb, b), to = la_off(tau, p->d.nb, b);
+        if (p->f64) {
+            double *a = w.w0, *t = a + r * ac, *tb = (double *)tau->base + to;
+            load_d(A, ao, r, ac, false, a);
+            load_d(C, co, m, n, false, w.w1);
+            for (int64_t i = 0; i < k; i++) t[i] = tb[i * ts];
+            ormqr_d(q.left != 0, q.trans != 0, m, n, k, a, r, t, w.w1, m);
+            store_d(C, co, m, n, false, w.w1);
+        } else {
+            float *a = w.w0, *t = a + r * ac, *tb = (float *)tau->base + to;
+            load_f(A, ao, r, ac, false, a);
+            load_f(C, co, m, n, false, w.w1);
+            for (int64_t i = 0; i < k; i++) t[i] = tb[i * ts];
+            ormqr_f(q.left != 0, q.trans != 0, m, n, k, a, r, t, w.w1, m);
+            store_f(C, co, m, n, false, w.w1);
+        }
+    }
+    la_buf_free(&w);
+}
+
 tpu_status tpu_k_linalg(tpu_kargs *a) {
     la_plan p;
     memset(&p, 0, sizeof p);
@@ -213,6 +280,9 @@ tpu_status tpu_k_linalg(tpu_kargs *a) {
     case TPU_OP_GETRF: fn = la_getrf; break;
     case TPU_OP_GETRS: fn = la_getrs; break;
     case TPU_OP_LU_PERM: fn = la_perm; break;
+    case TPU_OP_GEQRF:
+    case TPU_OP_ORGQR: fn = la_qr; break;
+    case TPU_OP_ORMQR: fn = la_ormqr; break;
     default: return tpu_kernel_fail(a, "%s: not a linalg op", tpu_op_name(a->op));
     }
     /* about 64k multiply-adds per block of matrices */

@@ -62,6 +62,19 @@ tpu_status tpu_linalg_check(tpu_kargs *a, tpu_linalg_dims *d) {
         ok = t0->dtype == TPU_I64 && la_batch_ok(m, nd, t0, nb) && m->dtype == TPU_I32 && m->sizes[nb] <= d->m;
         if (ok) d->n = m->sizes[nb];
         break;
+    case TPU_OP_GEQRF: /* A (m x n), tau [min(m, n)] */
+        ok = la_batch_ok(m, nb + 1, t0, nb) && m->dtype == t0->dtype && m->sizes[nb] == (d->m < d->n ? d->m : d->n);
+        break;
+    case TPU_OP_ORGQR: /* A (m x n, n <= m), tau [k <= n] */
+        ok = d->n <= d->m && la_batch_ok(m, nb + 1, t0, nb) && m->dtype == t0->dtype && m->sizes[nb] <= d->n;
+        break;
+    case TPU_OP_ORMQR: { /* C (m x n), reflectors (m or n rows x c), tau [k <= min(rows, c)] */
+        int64_t r = a->p.i[0] ? d->m : d->n;
+        ok = la_batch_ok(m, nd, t0, nb) && m->dtype == t0->dtype && m->sizes[nb] == r &&
+             la_batch_ok(k, nb + 1, t0, nb) && k->dtype == t0->dtype && k->sizes[nb] <= m->sizes[nb + 1] &&
+             k->sizes[nb] <= r;
+        break;
+    }
     default: ok = false;
     }
     if (!ok) return tpu_kernel_fail(a, "%s: operands of mismatched shapes or dtypes", name);
@@ -278,6 +291,87 @@ static bool ref_perm(tpu_kargs *a, const tpu_linalg_dims *d, int64_t b, int64_t 
     return true;
 }
 
+/* ---- Householder QR: H_i = I - tau_i v_i v_i^T, v_i = (0.., 1, A[i+1:, i]) ---- */
+static void rl_reflect(const double *v, double tau, double *x, int64_t n) { /* x := H x, v and x of length n */
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) s += v[i] * x[i];
+    for (int64_t i = 0; i < n; i++) x[i] -= tau * s * v[i];
+}
+
+static double rl_tau(const tpu_tensor *t, int64_t off, int64_t i) {
+    int64_t e = off + i * t->strides[t->ndim - 1];
+    return tpu_load_f64((const char *)t->base + (size_t)e * tpu_dtype_size((tpu_dtype)t->dtype), (tpu_dtype)t->dtype);
+}
+
+/* Column by column: v from the column's norm (beta = -sign(alpha) ||x||), then H applied to the columns right of it. */
+static void ref_geqrf(tpu_kargs *a, const tpu_linalg_dims *d, int64_t b, double *w, double *v) {
+    const tpu_tensor *A = &a->t[0], *tau = &a->t[1];
+    int64_t m = d->m, n = d->n, k = m < n ? m : n, ao = tpu_linalg_batch_off(A, d->nb, b);
+    int64_t to = tpu_linalg_batch_off(tau, d->nb, b);
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) w[i * n + j] = rl_get(A, ao, i, j);
+    for (int64_t i = 0; i < k; i++) {
+        double alpha = w[i * n + i], xn = 0, t = 0;
+        for (int64_t r = i + 1; r < m; r++) xn += w[r * n + i] * w[r * n + i];
+        for (int64_t r = 0; r < m; r++) v[r] = r < i ? 0 : (r == i ? 1 : 0);
+        if (xn > 0) {
+            double beta = sqrt(alpha * alpha + xn);
+            if (alpha >= 0) beta = -beta;
+            t = (beta - alpha) / beta;
+            for (int64_t r = i + 1; r < m; r++) v[r] = w[r * n + i] / (alpha - beta);
+            w[i * n + i] = beta;
+            for (int64_t r = i + 1; r < m; r++) w[r * n + i] = v[r];
+        }
+        for (int64_t j = i + 1; j < n; j++) {
+            double s = 0;
+            for (int64_t r = i; r < m; r++) s += v[r] * w[r * n + j];
+            for (int64_t r = i; r < m; r++) w[r * n + j] -= t * s * v[r];
+        }
+        tpu_store_f64((char *)tau->base + (size_t)(to + i * tau->strides[tau->ndim - 1]) * tpu_dtype_size(tau->dtype),
+                      (tpu_dtype)tau->dtype, t);
+    }
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) rl_set(A, ao, i, j, w[i * n + j]);
+}
+
+/* The reflectors of A (rows r, columns c) as rows of v (k x r). */
+static void rl_reflectors(const tpu_tensor *A, int64_t ao, int64_t r, int64_t k, double *v) {
+    for (int64_t i = 0; i < k; i++)
+        for (int64_t q = 0; q < r; q++) v[i * r + q] = q < i ? 0 : (q == i ? 1 : rl_get(A, ao, q, i));
+}
+
+/* Q[:, j] = H_0 .. H_{k-1} e_j. */
+static void ref_orgqr(tpu_kargs *a, const tpu_linalg_dims *d, int64_t b, double *v, double *x) {
+    const tpu_tensor *A = &a->t[0], *tau = &a->t[1];
+    int64_t m = d->m, n = d->n, k = tau->sizes[tau->ndim - 1], ao = tpu_linalg_batch_off(A, d->nb, b);
+    int64_t to = tpu_linalg_batch_off(tau, d->nb, b);
+    rl_reflectors(A, ao, m, k, v);
+    for (int64_t j = 0; j < n; j++) {
+        for (int64_t q = 0; q < m; q++) x[q] = q == j;
+        for (int64_t i = k - 1; i >= 0; i--) rl_reflect(v + i * m, rl_tau(tau, to, i), x, m);
+        for (int64_t q = 0; q < m; q++) rl_set(A, ao, q, j, x[q]);
+    }
+}
+
+/* op(Q) C column by column (left) or (C op(Q))^T = op(Q)^T C^T row by row. */
+static void ref_ormqr(tpu_kargs *a, const tpu_linalg_dims *d, int64_t b, double *v, double *x) {
+    const tpu_tensor *C = &a->t[0], *A = &a->t[1], *tau = &a->t[2];
+    tpu_args_ORMQR q = tpu_unpack_ORMQR(&a->p);
+    int64_t r = q.left ? d->m : d->n, nv = q.left ? d->n : d->m, k = tau->sizes[tau->ndim - 1];
+    int64_t ao = tpu_linalg_batch_off(A, d->nb, b), co = tpu_linalg_batch_off(C, d->nb, b);
+    int64_t to = tpu_linalg_batch_off(tau, d->nb, b);
+    rl_reflectors(A, ao, r, k, v);
+    bool fwd = (q.left != 0) == (q.trans != 0); /* op(Q) (or op(Q)^T) applies H_0 first */
+    for (int64_t c = 0; c < nv; c++) {
+        for (int64_t i = 0; i < r; i++) x[i] = q.left ? rl_get(C, co, i, c) : rl_get(C, co, c, i);
+        for (int64_t s = 0; s < k; s++) {
+            int64_t i = fwd ? s : k - 1 - s;
+            rl_reflect(v + i * r, rl_tau(tau, to, i), x, r);
+        }
+        for (int64_t i = 0; i < r; i++) q.left ? rl_set(C, co, i, c, x[i]) : rl_set(C, co, c, i, x[i]);
+    }
+}
+
 tpu_status tpu_ref_linalg(tpu_kargs *a) {
     tpu_linalg_dims d;
     tpu_status s = tpu_linalg_check(a, &d);
@@ -302,6 +396,9 @@ tpu_status tpu_ref_linalg(tpu_kargs *a) {
         case TPU_OP_LU_PERM:
             if (!ref_perm(a, &d, b, &bad)) s = tpu_linalg_bad_pivot(a, &d, b, bad);
             break;
+        case TPU_OP_GEQRF: ref_geqrf(a, &d, b, w, x); break;
+        case TPU_OP_ORGQR: ref_orgqr(a, &d, b, w, x); break;
+        case TPU_OP_ORMQR: ref_ormqr(a, &d, b, w, x); break;
         default: s = tpu_kernel_fail(a, "%s: not a linalg op", tpu_op_name(a->op));
         }
     }
