@@ -1,7 +1,8 @@
 // ops_linalg.cpp - tpu ATen kernels for linear algebra: triangular solves,
 // Cholesky (+ solve, inverse), LU (factor, solve, unpack), Householder QR
-// (geqrf, householder_product, ormqr, qr), and what PyTorch builds from them
-// (inv, solve, det, slogdet).
+// (geqrf, householder_product, ormqr, qr), the symmetric eigenproblem and the
+// SVD, and what PyTorch builds from them (inv, solve, det, slogdet, pinv,
+// matrix_rank, matrix norms, cond, ...).
 //
 // PyTorch writes these ops once for every device: argument checks with the
 // CPU's words, output shapes and strides (batched column-major, as LAPACK
@@ -11,7 +12,7 @@
 // lu_factor_stub, ...). The tpu registers those device-generic functions for
 // PrivateUse1 as they are (the structured ones through their meta + impl,
 // below) and fills the stubs with launches of its own kernels (ops.def:
-// TRSM, POTRF, POTRI, GETRF, GETRS, LU_PERM, GEQRF, ORGQR, ORMQR). So the messages, dtypes,
+// TRSM, POTRF, POTRI, GETRF, GETRS, LU_PERM, GEQRF, ORGQR, ORMQR, SYEV, GESVD). So the messages, dtypes,
 // shapes and info semantics are the CPU's, and every piece runs on the
 // device. A stub receives its matrices as PyTorch's CPU kernels hand them to
 // LAPACK: the raw memory read column-major with leading dimension rows
@@ -25,6 +26,8 @@
 #include <ATen/native/LinearAlgebraUtils.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ops/_cholesky_solve_helper_native.h>
+#include <ATen/ops/_linalg_eigh_native.h>
+#include <ATen/ops/_linalg_svd_native.h>
 #include <ATen/ops/_linalg_det_native.h>
 #include <ATen/ops/_linalg_slogdet_native.h>
 #include <ATen/ops/_linalg_solve_ex_native.h>
@@ -261,6 +264,39 @@ static void ormqr_tpu(const Tensor& input, const Tensor& tau, const Tensor& othe
   submit(TPU_OP_ORMQR, ts, 3, TPU_PARAMS(ORMQR, .left = left, .trans = transpose));
 }
 
+// eigenvectors (n x n) in place: A (the triangle `upper` names) -> its eigenvectors; eigenvalues ascending.
+static void linalg_eigh_tpu(const Tensor& values, const Tensor& vectors, const Tensor& infos, bool upper,
+                            bool compute_v) {
+  check_lapack_dtype(vectors, "linalg_eigh_cpu");
+  BatchInfo bi(infos, batch_of(vectors), vectors);
+  if (vectors.numel() > 0) {
+    tpu_tensor ts[3] = {lapack_view(vectors), desc(values), desc(bi.dev)};
+    submit(TPU_OP_SYEV, ts, 3, TPU_PARAMS(SYEV, .upper = upper, .vectors = compute_v));
+  } else {
+    bi.dev.zero_();
+  }
+  bi.done();
+}
+
+// A = U diag(S) Vh; U and Vh are empty without compute_uv (the kernel then gets them absent). Unlike the
+// other stubs', this one's A comes with any strides and must stay as it is (the CPU's kernel copies it):
+// the kernel reads it through its strides.
+static void svd_tpu(const Tensor& A, const bool full_matrices, const bool compute_uv,
+                    const std::optional<std::string_view>& driver, const Tensor& U, const Tensor& S, const Tensor& Vh,
+                    const Tensor& info) {
+  check_lapack_dtype(A, "linalg_svd_cpu");
+  BatchInfo bi(info, batch_of(A), A);
+  if (A.numel() > 0) {
+    const tpu_tensor none = tpu_tensor_scalar_f(0, to_tpu_dtype(A.scalar_type()));
+    tpu_tensor ts[5] = {desc(S), compute_uv ? lapack_view(U) : none, compute_uv ? lapack_view(Vh) : none, desc(bi.dev),
+                        desc(A)};
+    submit(TPU_OP_GESVD, ts, 5, tpu_params{});
+  } else {
+    bi.dev.zero_();
+  }
+  bi.done();
+}
+
 // ---------------------------------------------------------------- the aten rows
 using TT = std::tuple<Tensor, Tensor>;
 using TT3 = std::tuple<Tensor, Tensor, Tensor>;
@@ -363,6 +399,24 @@ static TR2 linalg_qr_out(const Tensor& A, c10::string_view mode, Tensor& Q, Tens
   return {Q, R};
 }
 
+static TT linalg_eigh(const Tensor& A, c10::string_view uplo, bool compute_v) {
+  auto o = structured<N::structured__linalg_eigh_out, 2>(A, uplo, compute_v);
+  return {o[0], o[1]};
+}
+static TR2 linalg_eigh_out(const Tensor& A, c10::string_view uplo, bool compute_v, Tensor& values, Tensor& vectors) {
+  structured_out<N::structured__linalg_eigh_out, 2>({values, vectors}, A, uplo, compute_v);
+  return {values, vectors};
+}
+static TT3 linalg_svd(const Tensor& A, bool full, bool compute_uv, std::optional<c10::string_view> driver) {
+  auto o = structured<N::structured__linalg_svd_out, 3>(A, full, compute_uv, driver);
+  return {o[0], o[1], o[2]};
+}
+static TR3 linalg_svd_out(const Tensor& A, bool full, bool compute_uv, std::optional<c10::string_view> driver,
+                          Tensor& U, Tensor& S, Tensor& Vh) {
+  structured_out<N::structured__linalg_svd_out, 3>({U, S, Vh}, A, full, compute_uv, driver);
+  return {U, S, Vh};
+}
+
 }  // namespace at::tpu
 
 // The stubs' PrivateUse1 entries (the macro names its registrar in at::native).
@@ -376,6 +430,8 @@ REGISTER_PRIVATEUSE1_DISPATCH(unpack_pivots_stub, &at::tpu::unpack_pivots_tpu)
 REGISTER_PRIVATEUSE1_DISPATCH(geqrf_stub, &at::tpu::geqrf_tpu)
 REGISTER_PRIVATEUSE1_DISPATCH(orgqr_stub, &at::tpu::orgqr_tpu)
 REGISTER_PRIVATEUSE1_DISPATCH(ormqr_stub, &at::tpu::ormqr_tpu)
+REGISTER_PRIVATEUSE1_DISPATCH(linalg_eigh_stub, &at::tpu::linalg_eigh_tpu)
+REGISTER_PRIVATEUSE1_DISPATCH(svd_stub, &at::tpu::svd_tpu)
 }  // namespace at::native
 
 // This file's rows of the op table.
@@ -416,4 +472,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("ormqr.out", TORCH_FN(at::native::ormqr_out));
   m.impl("linalg_qr", TORCH_FN(linalg_qr));
   m.impl("linalg_qr.out", TORCH_FN(linalg_qr_out));
+  m.impl("_linalg_eigh", TORCH_FN(linalg_eigh));
+  m.impl("_linalg_eigh.eigenvalues", TORCH_FN(linalg_eigh_out));
+  m.impl("_linalg_svd", TORCH_FN(linalg_svd));
+  m.impl("_linalg_svd.U", TORCH_FN(linalg_svd_out));
 }

@@ -1,6 +1,8 @@
 /* test_kernels_linalg.c - the linear algebra kernels (LINALG family:
  * triangular solve, Cholesky and its inverse, LU factor and solve, the pivot
- * permutation, Householder QR: geqrf, householder_product, ormqr).
+ * permutation, Householder QR: geqrf, householder_product, ormqr; Jacobi
+ * eigh and SVD, whose vectors are compared up to a sign each and checked
+ * orthonormal).
  *
  * Each case builds operands in plain host memory (kernels see host
  * pointers), runs the fast kernel and the reference kernel on copies, and
@@ -543,6 +545,185 @@ static void test_qr_hand(void) {
     hfree(&tau);
 }
 
+/* ---- Jacobi eigh and SVD: values directly, vectors up to a sign per vector ---- */
+/* Column j (or row j if rows) of every matrix of f against r's, r's sign flipped to f's; the first `cnt` only. */
+static void hcmp_vecs(const char *what, const hten *f, const hten *r, bool rows, int64_t cnt, double tol) {
+    const tpu_tensor *t = &f->t;
+    int64_t R = t->sizes[t->ndim - 2], C = t->sizes[t->ndim - 1], nb = R > 0 && C > 0 ? hnumel(t) / (R * C) : 0;
+    int64_t len = rows ? C : R;
+    ncompared++;
+    CHECK_MSG(hguards_ok(f), "%s [%s]: fast kernel wrote outside the view", what, case_desc);
+    for (int64_t b = 0; b < nb; b++)
+        for (int64_t j = 0; j < cnt; j++) {
+            double d = 0;
+            for (int64_t i = 0; i < len; i++) {
+                int64_t l = rows ? mlin(t, b, j, i) : mlin(t, b, i, j);
+                d += hget(f, l) * hget(r, l);
+            }
+            double sg = d < 0 ? -1 : 1;
+            for (int64_t i = 0; i < len; i++) {
+                int64_t l = rows ? mlin(t, b, j, i) : mlin(t, b, i, j);
+                if (!(fabs(hget(f, l) - sg * hget(r, l)) <= tol)) {
+                    CHECK_MSG(false, "%s [%s]: matrix %lld vector %lld elem %lld fast %.9g ref %.9g", what, case_desc,
+                              (long long)b, (long long)j, (long long)i, hget(f, l), sg * hget(r, l));
+                    return;
+                }
+            }
+        }
+}
+
+/* Every matrix of h has orthonormal columns (rows if rows). */
+static void horthonormal(const char *what, const hten *h, bool rows, double tol) {
+    const tpu_tensor *t = &h->t;
+    int64_t R = t->sizes[t->ndim - 2], C = t->sizes[t->ndim - 1], nb = R > 0 && C > 0 ? hnumel(t) / (R * C) : 0;
+    int64_t nv = rows ? R : C, len = rows ? C : R;
+    for (int64_t b = 0; b < nb; b++)
+        for (int64_t i = 0; i < nv; i++)
+            for (int64_t j = 0; j < nv; j++) {
+                double d = 0;
+                for (int64_t k = 0; k < len; k++)
+                    d += rows ? hget(h, mlin(t, b, i, k)) * hget(h, mlin(t, b, j, k))
+                              : hget(h, mlin(t, b, k, i)) * hget(h, mlin(t, b, k, j));
+                if (!(fabs(d - (i == j)) <= tol)) {
+                    CHECK_MSG(false, "%s [%s]: matrix %lld vectors %lld, %lld: dot %.9g", what, case_desc, (long long)b,
+                              (long long)i, (long long)j, d);
+                    return;
+                }
+            }
+}
+
+static void eigh_case(tpu_dtype dt, const shape *s, int64_t n, int layout, bool upper, bool vectors) {
+    snprintf(case_desc, sizeof case_desc, "eigh %s nb %d n %lld layout %d upper %d vectors %d", tpu_dtype_name(dt),
+             s->nb, (long long)n, layout, upper, vectors);
+    int64_t as[4], ws[3], is[2] = {s->b[0], s->b[1]};
+    int nd = mksizes(s, n, n, as);
+    for (int q = 0; q < s->nb; q++) ws[q] = s->b[q];
+    ws[s->nb] = n;
+    hten A, Ar, w, wr, info, infor;
+    hmk(&A, dt, nd, as, layout);
+    fill_mats(&A, M_RAND); /* not symmetric: only the triangle read counts */
+    hmk(&w, dt, s->nb + 1, ws, (layout + 1) % L_COUNT);
+    hmk(&info, TPU_I32, s->nb, is, L_CONTIG);
+    hclone(&Ar, &A);
+    hclone(&wr, &w);
+    hclone(&infor, &info);
+    tpu_tensor ops[3] = {A.t, w.t, info.t};
+    tpu_params p = params4(upper, vectors, 0, 0);
+    run(false, TPU_OP_SYEV, ops, 3, p, NULL);
+    tpu_tensor opr[3] = {Ar.t, wr.t, infor.t};
+    run(true, TPU_OP_SYEV, opr, 3, p, NULL);
+    hcmp("eigenvalues", &w, &wr, tol(dt) * 10);
+    hcmp("info", &info, &infor, 0);
+    if (vectors) {
+        hcmp_vecs("eigenvectors", &A, &Ar, false, n, dt == TPU_F64 ? 1e-8 : 2e-3);
+        horthonormal("eigenvectors", &A, false, dt == TPU_F64 ? 1e-12 : 1e-5);
+    }
+    hten *all[] = {&A, &Ar, &w, &wr, &info, &infor};
+    for (int q = 0; q < 6; q++) hfree(all[q]);
+}
+
+static void svd_case(tpu_dtype dt, const shape *s, int64_t m, int64_t n, int layout, int uv) {
+    snprintf(case_desc, sizeof case_desc, "svd %s nb %d %lldx%lld layout %d uv %d", tpu_dtype_name(dt), s->nb,
+             (long long)m, (long long)n, layout, uv);
+    int64_t k = m < n ? m : n, as[4], ss[3], is[2] = {s->b[0], s->b[1]}, us[4], vs[4];
+    int nd = mksizes(s, m, n, as);
+    mksizes(s, m, uv == 2 ? m : k, us);
+    mksizes(s, uv == 2 ? n : k, n, vs);
+    for (int q = 0; q < s->nb; q++) ss[q] = s->b[q];
+    ss[s->nb] = k;
+    hten A, S, Sr, U, Ur, V, Vr, info, infor;
+    hmk(&A, dt, nd, as, layout);
+    fill_mats(&A, M_RAND);
+    hmk(&S, dt, s->nb + 1, ss, L_PAD);
+    hmk(&U, dt, nd, us, (layout + 1) % L_COUNT);
+    hmk(&V, dt, nd, vs, (layout + 2) % L_COUNT);
+    hmk(&info, TPU_I32, s->nb, is, L_CONTIG);
+    hclone(&Sr, &S);
+    hclone(&Ur, &U);
+    hclone(&Vr, &V);
+    hclone(&infor, &info);
+    tpu_tensor none = tpu_tensor_scalar_f(0, dt);
+    tpu_tensor ops[5] = {S.t, uv ? U.t : none, uv ? V.t : none, info.t, A.t};
+    tpu_params p = params4(0, 0, 0, 0);
+    run(false, TPU_OP_GESVD, ops, 5, p, NULL);
+    tpu_tensor opr[5] = {Sr.t, uv ? Ur.t : none, uv ? Vr.t : none, infor.t, A.t};
+    run(true, TPU_OP_GESVD, opr, 5, p, NULL);
+    hcmp("singular values", &S, &Sr, tol(dt) * 10);
+    hcmp("info", &info, &infor, 0);
+    if (uv) {
+        double vt = dt == TPU_F64 ? 1e-8 : 2e-3, ot = dt == TPU_F64 ? 1e-12 : 1e-5;
+        hcmp_vecs("U", &U, &Ur, false, k, vt);
+        hcmp_vecs("Vh", &V, &Vr, true, k, vt);
+        horthonormal("U", &U, false, ot);
+        horthonormal("Vh", &V, true, ot);
+    }
+    hten *all[] = {&A, &S, &Sr, &U, &Ur, &V, &Vr, &info, &infor};
+    for (int q = 0; q < 9; q++) hfree(all[q]);
+}
+
+static void test_eigh_svd(void) {
+    const tpu_dtype dts[] = {TPU_F32, TPU_F64};
+    for (int d = 0; d < 2; d++)
+        for (int s = 0; s < NSHAPES; s++)
+            for (int f = 0; f < 6; f++) {
+                int64_t n = 1 + (f * 5) % 9, m = 1 + (f * 3) % 7;
+                eigh_case(dts[d], &shapes[s], n, (f + s) % L_COUNT, f & 1, f != 3);
+                svd_case(dts[d], &shapes[s], m, n, (f + s) % L_COUNT, f % 3);
+                svd_case(dts[d], &shapes[s], n, m, (f + s + 1) % L_COUNT, (f + 1) % 3);
+            }
+    eigh_case(TPU_F64, &shapes[1], 24, L_PERM, false, true);
+    svd_case(TPU_F32, &shapes[0], 20, 9, L_CONTIG, 2);
+}
+
+/* Hand values: [[2, 1], [1, 2]] has eigenvalues 1, 3; [[3, 0], [4, 5]] singular values sqrt 45, sqrt 5; a rank-1
+ * matrix's second singular value is 0 and its singular vectors still orthonormal; NaN gives NaN and LAPACK's info. */
+static void test_eigh_svd_hand(void) {
+    snprintf(case_desc, sizeof case_desc, "eigh / svd hand values");
+    int64_t s2[2] = {2, 2}, two = 2, three[2] = {3, 3};
+    hten A, w, U, V, info, B;
+    hmk(&A, TPU_F64, 2, s2, L_CONTIG);
+    hmk(&w, TPU_F64, 1, &two, L_CONTIG);
+    hmk(&U, TPU_F64, 2, s2, L_CONTIG);
+    hmk(&V, TPU_F64, 2, s2, L_CONTIG);
+    hmk(&info, TPU_I32, 0, NULL, L_CONTIG);
+    hmk(&B, TPU_F64, 2, s2, L_PERM);
+    for (int ref = 0; ref < 2; ref++) {
+        double e[4] = {2, 1, 1, 2};
+        for (int i = 0; i < 4; i++) hset(&A, i, e[i]);
+        tpu_tensor o1[3] = {A.t, w.t, info.t};
+        CHECK(run(ref, TPU_OP_SYEV, o1, 3, params4(0, 1, 0, 0), NULL) == TPU_OK);
+        CHECK_MSG(fabs(hget(&w, 0) - 1) < 1e-15 && fabs(hget(&w, 1) - 3) < 1e-15 && hgeti(&info, 0) == 0, "ref %d: %g %g",
+                  ref, hget(&w, 0), hget(&w, 1));
+        CHECK(fabs(fabs(hget(&A, 0)) - sqrt(0.5)) < 1e-15 && fabs(hget(&A, 0) + hget(&A, 2)) < 1e-15); /* (1, -1) / sqrt 2 */
+        double sv[4] = {3, 0, 4, 5}, r1[4] = {1, 2, 2, 4};
+        for (int i = 0; i < 4; i++) hset(&B, i, sv[i]);
+        tpu_tensor o2[5] = {w.t, U.t, V.t, info.t, B.t};
+        CHECK(run(ref, TPU_OP_GESVD, o2, 5, params4(0, 0, 0, 0), NULL) == TPU_OK);
+        CHECK_MSG(fabs(hget(&w, 0) - sqrt(45)) < 1e-13 && fabs(hget(&w, 1) - sqrt(5)) < 1e-13, "ref %d: %g %g", ref,
+                  hget(&w, 0), hget(&w, 1));
+        for (int i = 0; i < 4; i++) hset(&B, i, r1[i]);
+        CHECK(run(ref, TPU_OP_GESVD, o2, 5, params4(0, 0, 0, 0), NULL) == TPU_OK);
+        CHECK_MSG(fabs(hget(&w, 0) - 5) < 1e-13 && fabs(hget(&w, 1)) < 1e-7, "ref %d: %g %g", ref, hget(&w, 0),
+                  hget(&w, 1));
+        horthonormal("rank-1 U", &U, false, 1e-12);
+        horthonormal("rank-1 Vh", &V, true, 1e-12);
+        hset(&B, 0, NAN);
+        CHECK(run(ref, TPU_OP_GESVD, o2, 5, params4(0, 0, 0, 0), NULL) == TPU_OK);
+        CHECK(hgeti(&info, 0) == -4 && isnan(hget(&w, 0)));
+        hset(&A, 3, NAN);
+        CHECK(run(ref, TPU_OP_SYEV, o1, 3, params4(0, 1, 0, 0), NULL) == TPU_OK);
+        CHECK(hgeti(&info, 0) == 0 && isnan(hget(&w, 0)) && isnan(hget(&A, 0)));
+    }
+    hten C, wc;
+    hmk(&C, TPU_F32, 2, three, L_CONTIG);
+    hmk(&wc, TPU_F32, 1, &three[0], L_CONTIG);
+    for (int i = 0; i < 9; i++) hset(&C, i, i == 4 ? NAN : 1);
+    tpu_tensor o3[3] = {C.t, wc.t, info.t};
+    CHECK(run(false, TPU_OP_SYEV, o3, 3, params4(0, 0, 0, 0), NULL) == TPU_OK && hgeti(&info, 0) == 1);
+    hten *all[] = {&A, &w, &U, &V, &info, &B, &C, &wc};
+    for (int q = 0; q < 8; q++) hfree(all[q]);
+}
+
 /* Malformed launches fail both kernels with a message. */
 static void test_errors(void) {
     snprintf(case_desc, sizeof case_desc, "errors");
@@ -583,6 +764,8 @@ int main(void) {
     RUN_TEST(test_lu_hand);
     RUN_TEST(test_qr);
     RUN_TEST(test_qr_hand);
+    RUN_TEST(test_eigh_svd);
+    RUN_TEST(test_eigh_svd_hand);
     RUN_TEST(test_errors);
     RUN_TEST(test_parallel_batch);
     printf("%ld output tensors compared against the reference\n", ncompared);

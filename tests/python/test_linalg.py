@@ -1,8 +1,10 @@
 """Linear algebra on the tpu (csrc/ops_linalg.cpp, runtime/src/kernels/linalg.c): triangular solves,
 Cholesky (+ solve, inverse), LU (factor, solve, unpack, lu), inv / solve / det / slogdet and what reaches
-them, Householder QR (geqrf, householder_product, ormqr, qr). Native (the CPU fallback off), forward and
-backward, float32 and float64, batches (broadcast too) and strided views, against PyTorch CPU on the same
-inputs; singular and indefinite inputs give the CPU's info, errors and messages. Every eager mode (conftest)."""
+them, Householder QR (geqrf, householder_product, ormqr, qr), eigh and the SVD (Jacobi; vectors compared
+up to sign, as PyTorch's own tests do) and what reaches them (pinv, matrix_rank, norms, cond). Native (the
+CPU fallback off), forward and backward, float32 and float64, batches (broadcast too) and strided views,
+against PyTorch CPU on the same inputs; singular and indefinite inputs give the CPU's info, errors and
+messages. Every eager mode (conftest)."""
 import pytest
 import torch
 import torch_tpu
@@ -100,13 +102,13 @@ def same_error(fn, a):
 
 # ---------------------------------------------------------------- triangular solves
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("upper", [False, True])
 @pytest.mark.parametrize("left", [True, False])
-@pytest.mark.parametrize("unit", [False, True])
-def test_solve_triangular(dtype, upper, left, unit):
+def test_solve_triangular(dtype, left):
     A = tri((2, 1, 4, 4), dtype)                         # broadcast over B's batch
     B = rand((3, 4, 5) if left else (3, 5, 4), dtype)
-    check(lambda a, b: torch.linalg.solve_triangular(a, b, upper=upper, left=left, unitriangular=unit), A, B)
+    for upper in (False, True):
+        for unit in (False, True):
+            check(lambda a, b: torch.linalg.solve_triangular(a, b, upper=upper, left=left, unitriangular=unit), A, B)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -121,10 +123,10 @@ def test_solve_triangular_strided(dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("transpose", [False, True])
-def test_triangular_solve(dtype, transpose):
+def test_triangular_solve(dtype):
     A, b = tri((2, 5, 5), dtype), rand((5, 3), dtype)
-    check(lambda b_, a_: torch.triangular_solve(b_, a_, upper=False, transpose=transpose), b, A)
+    for transpose in (False, True):
+        check(lambda b_, a_: torch.triangular_solve(b_, a_, upper=False, transpose=transpose), b, A)
 
 
 # ---------------------------------------------------------------- Cholesky
@@ -135,11 +137,6 @@ def test_cholesky(dtype, upper):
     check(lambda a: torch.linalg.cholesky_ex(a, upper=upper), A)
     check(lambda a: torch.linalg.cholesky(a, upper=upper), A.mT)   # the other layout
     check(lambda a: torch.cholesky(a, upper=upper), A[0, 0])
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("upper", [False, True])
-def test_cholesky_solve_and_inverse(dtype, upper):
     L = torch.linalg.cholesky(spd((2, 4, 4), dtype), upper=upper)
     check(lambda b, l: torch.cholesky_solve(b, l, upper=upper), rand((3, 1, 4, 2), dtype), L)
     check(lambda l: torch.cholesky_inverse(l, upper=upper), L)
@@ -163,13 +160,13 @@ def test_cholesky_not_positive_definite():
 
 # ---------------------------------------------------------------- LU
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", [(5, 5), (2, 3, 4, 4), (4, 6), (6, 3), (0, 3, 3)])
-def test_lu_factor(dtype, shape):
-    A = gen(shape, dtype)
-    LU, piv, info = check(torch.linalg.lu_factor_ex, A, grad=(shape[-1] == shape[-2]))
-    assert piv.dtype == torch.int32 and info.dtype == torch.int32
-    check(torch.linalg.lu, A)
-    check(lambda a: torch.lu_unpack(*torch.linalg.lu_factor(a)), A, grad=False)
+def test_lu_factor(dtype):
+    for shape in [(5, 5), (2, 3, 4, 4), (4, 6), (6, 3), (0, 3, 3)]:
+        A = gen(shape, dtype)
+        LU, piv, info = check(torch.linalg.lu_factor_ex, A, grad=(shape[-1] == shape[-2]))
+        assert piv.dtype == torch.int32 and info.dtype == torch.int32
+        check(torch.linalg.lu, A)
+        check(lambda a: torch.lu_unpack(*torch.linalg.lu_factor(a)), A, grad=False)
 
 
 def test_lu_pivots_and_singular_info():
@@ -188,12 +185,12 @@ def test_lu_pivots_and_singular_info():
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("left", [True, False])
-@pytest.mark.parametrize("adjoint", [False, True])
-def test_lu_solve(dtype, left, adjoint):
+def test_lu_solve(dtype):
     LU, piv = torch.linalg.lu_factor(gen((2, 4, 4), dtype))
-    B = rand((3, 1, 4, 2) if left else (3, 1, 2, 4), dtype)   # B's batch broadcast with LU's
-    check(lambda lu, b: torch.linalg.lu_solve(lu, piv.to(lu.device), b, left=left, adjoint=adjoint), LU, B)
+    for left in (True, False):
+        for adjoint in (False, True):
+            B = rand((3, 1, 4, 2) if left else (3, 1, 2, 4), dtype)   # B's batch broadcast with LU's
+            check(lambda lu, b: torch.linalg.lu_solve(lu, piv.to(lu.device), b, left=left, adjoint=adjoint), LU, B)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -217,12 +214,12 @@ def test_inv_solve_det(dtype):
 # ---------------------------------------------------------------- Householder QR
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", [(5, 3), (3, 5), (2, 4, 4)])
-@pytest.mark.parametrize("mode", ["reduced", "complete", "r"])
-def test_qr(dtype, shape, mode):
+def test_qr(dtype, shape):
     # R and the reflectors carry LAPACK's signs, so Q and R equal the CPU's, not just up to signs
     A = gen(shape, dtype)
-    grad = mode == "reduced" or shape[-2] == shape[-1] or (mode == "complete" and shape[-2] < shape[-1])
-    check(lambda a: torch.linalg.qr(a, mode=mode), A, grad=grad and mode != "r")
+    for mode in ("reduced", "complete", "r"):
+        grad = mode == "reduced" or shape[-2] == shape[-1] or (mode == "complete" and shape[-2] < shape[-1])
+        check(lambda a: torch.linalg.qr(a, mode=mode), A, grad=grad and mode != "r")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -237,15 +234,69 @@ def test_geqrf_householder_ormqr(dtype):
             check(lambda a_, t_, c_: torch.ormqr(a_, t_, c_, left=left, transpose=tr), a, tau, C)
 
 
+# ---------------------------------------------------------------- eigh and SVD (Jacobi): vectors up to a sign each
+def _abs_vectors(fn):
+    """fn's outputs with every vector's sign removed (|V|): what PyTorch's own tests compare, as the
+    decompositions define their vectors up to sign only."""
+    def g(*args):
+        out = fn(*args)
+        return tuple(o.abs() if i != 1 else o for i, o in enumerate(out)) if len(out) == 3 else (out[0], out[1].abs())
+    return g
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_eigh(dtype):
+    A = rand((2, 5, 5), dtype)                          # not symmetric: the triangle UPLO names is read
+    for uplo in ("L", "U"):
+        check(lambda a: torch.linalg.eigvalsh(a, UPLO=uplo), A)
+        check(_abs_vectors(lambda a: torch.linalg.eigh(a, UPLO=uplo)), A)
+    S = spd((3, 4, 4), dtype)
+    check(lambda a: (lambda w, v: v @ torch.diag_embed(w.exp()) @ v.mT)(*torch.linalg.eigh(a)), S)
+    w, v = torch.linalg.eigh(S.to(D))
+    assert_close(v @ torch.diag_embed(w) @ v.mT, S, **GTOL[dtype])
+    check(lambda a: torch.linalg.matrix_rank(a, hermitian=True), S, grad=False)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_svd(dtype):
+    for shape in [(2, 5, 3), (3, 5), (4, 4)]:
+        A = gen(shape, dtype)
+        check(_abs_vectors(lambda a: torch.linalg.svd(a, full_matrices=False)), A)
+        check(torch.linalg.svdvals, A)
+        check(lambda a: (lambda u, s, vh: u @ vh)(*torch.linalg.svd(a, full_matrices=False)), A)
+        U, S, Vh = torch.linalg.svd(A.to(D))                # full matrices: U, Vh orthogonal, A = U S Vh
+        k = S.shape[-1]
+        assert_close(S, torch.linalg.svdvals(A), **TOL[dtype])
+        eye = torch.eye(U.shape[-1], dtype=dtype)
+        assert_close(U.mT @ U, eye.expand(U.shape), **GTOL[dtype])
+        assert_close(Vh @ Vh.mT, torch.eye(Vh.shape[-1], dtype=dtype).expand(Vh.shape), **GTOL[dtype])
+        assert_close(((U[..., :k] * S.unsqueeze(-2)) @ Vh[..., :k, :]), A, **GTOL[dtype])
+        check(torch.linalg.pinv, A)
+        check(lambda a: torch.linalg.matrix_norm(a, "nuc"), A)
+        check(lambda a: torch.linalg.matrix_rank(a), A, grad=False)
+    check(lambda a: torch.linalg.cond(a), gen((3, 3), dtype))
+
+
+def test_eigh_svd_non_finite():
+    a = spd((3, 3), torch.float32)
+    a[0, 0] = float("nan")
+    for fn in (torch.linalg.svd, torch.linalg.eigh):
+        assert same_error(fn, a) is torch.linalg.LinAlgError
+
+
 # ---------------------------------------------------------------- dtypes and argument errors: the CPU's words
-@pytest.mark.parametrize("fn", [
+ERROR_CASES = [
     lambda a: torch.linalg.cholesky(a), lambda a: torch.linalg.solve_triangular(a, a, upper=True),
     lambda a: torch.linalg.lu_factor(a), lambda a: torch.linalg.inv(a), lambda a: torch.linalg.det(a),
     lambda a: torch.cholesky_inverse(a), lambda a: torch.cholesky_solve(a, a), lambda a: torch.linalg.qr(a),
     lambda a: torch.linalg.householder_product(a, a[0]), lambda a: torch.linalg.cholesky(a.int()),
     lambda a: torch.linalg.cholesky(a[0]), lambda a: torch.linalg.solve(a, a[:2]),
-    lambda a: torch.linalg.lu_factor_ex(a.float(), pivot=False),
-])
+    lambda a: torch.linalg.lu_factor_ex(a.float(), pivot=False), lambda a: torch.linalg.eigh(a),
+    lambda a: torch.linalg.svd(a), lambda a: torch.linalg.eigh(a[0].float()),
+]
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_errors_match_cpu(fn, dtype):
-    same_error(fn, torch.eye(3, dtype=dtype) * 2)
+def test_errors_match_cpu(dtype):
+    for fn in ERROR_CASES:
+        same_error(fn, torch.eye(3, dtype=dtype) * 2)

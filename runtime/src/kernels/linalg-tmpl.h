@@ -294,3 +294,192 @@ static void LA_F(ormqr)(bool left, bool trans, int64_t m, int64_t n, int64_t k, 
         ci[i] = aii;
     }
 }
+
+/* ---- Jacobi: symmetric eigenproblem (two-sided) and SVD (one-sided, Hestenes) ----
+ * Rotations are applied until the off-diagonal part (the columns' inner
+ * products) is below the dtype's epsilon relative to the matrix's norm: as
+ * accurate as LAPACK's QR-based drivers, simpler, O(n^3) per sweep. */
+#define LA_EPS (sizeof(LA_T) == sizeof(float) ? (LA_T)FLT_EPSILON : (LA_T)DBL_EPSILON)
+
+static bool LA_F(finite)(int64_t r, int64_t c, const LA_T *a, int64_t lda) {
+    for (int64_t j = 0; j < c; j++)
+        for (int64_t i = 0; i < r; i++)
+            if (!isfinite(a[i + j * lda])) return false;
+    return true;
+}
+
+/* a (n x n, lda, symmetric: both triangles) is destroyed; w[n] ascending and, if v, the eigenvectors in v's
+ * columns (ld n). Returns false if it did not converge (w, v then hold NaN). */
+static bool LA_F(syev)(int64_t n, LA_T *a, int64_t lda, LA_T *w, LA_T *v) {
+    bool ok = LA_F(finite)(n, n, a, lda);
+    if (v)
+        for (int64_t j = 0; j < n; j++)
+            for (int64_t i = 0; i < n; i++) v[i + j * n] = i == j;
+    for (int sweep = 0; ok && sweep < 60; sweep++) {
+        LA_T off = 0, nrm = 0;
+        for (int64_t j = 0; j < n; j++)
+            for (int64_t i = 0; i < n; i++) {
+                LA_T x = a[i + j * lda] * a[i + j * lda];
+                nrm += x;
+                if (i != j) off += x;
+            }
+        if (!(off > LA_EPS * LA_EPS * nrm * (LA_T)0.01)) break;
+        if (sweep == 59) ok = false;
+        for (int64_t p = 0; p < n - 1; p++)
+            for (int64_t q = p + 1; q < n; q++) {
+                LA_T apq = a[p + q * lda];
+                if (apq == 0) continue;
+                LA_T theta = (a[q + q * lda] - a[p + p * lda]) / (2 * apq);
+                LA_T t = (theta >= 0 ? 1 : -1) / ((LA_T)fabs(theta) + (LA_T)hypot(theta, 1));
+                LA_T c = 1 / (LA_T)hypot(t, 1), s = t * c;
+                LA_T *cp = a + p * lda, *cq = a + q * lda;
+                for (int64_t k = 0; k < n; k++) { /* A J */
+                    LA_T x = cp[k], y = cq[k];
+                    cp[k] = c * x - s * y;
+                    cq[k] = s * x + c * y;
+                }
+                for (int64_t k = 0; k < n; k++) { /* J^T (A J) */
+                    LA_T x = a[p + k * lda], y = a[q + k * lda];
+                    a[p + k * lda] = c * x - s * y;
+                    a[q + k * lda] = s * x + c * y;
+                }
+                a[p + q * lda] = a[q + p * lda] = 0;
+                if (v) {
+                    LA_T *vp = v + p * n, *vq = v + q * n;
+                    for (int64_t k = 0; k < n; k++) {
+                        LA_T x = vp[k], y = vq[k];
+                        vp[k] = c * x - s * y;
+                        vq[k] = s * x + c * y;
+                    }
+                }
+            }
+    }
+    for (int64_t i = 0; i < n; i++) w[i] = ok ? a[i + i * lda] : (LA_T)NAN;
+    for (int64_t i = 0; i < n; i++) { /* ascending (selection sort: stable enough, n small) */
+        int64_t b = i;
+        for (int64_t j = i + 1; j < n; j++)
+            if (w[j] < w[b]) b = j;
+        if (b == i) continue;
+        LA_T t = w[i];
+        w[i] = w[b];
+        w[b] = t;
+        if (v)
+            for (int64_t k = 0; k < n; k++) {
+                LA_T x = v[k + i * n];
+                v[k + i * n] = v[k + b * n];
+                v[k + b * n] = x;
+            }
+    }
+    if (v && !ok)
+        for (int64_t i = 0; i < n * n; i++) v[i] = (LA_T)NAN;
+    return ok;
+}
+
+/* Columns [r, c) of q (p x c, ld p) made orthonormal to the ones before: each the standard basis vector
+ * with the largest part outside their span, orthogonalized twice (classical Gram-Schmidt) and normalized. */
+static void LA_F(complete)(int64_t p, int64_t c, int64_t r, LA_T *q, LA_T *x) {
+    for (int64_t j = r; j < c; j++) {
+        int64_t best = 0;
+        LA_T bres = -1;
+        for (int64_t e = 0; e < p; e++) { /* |e - Q Q^T e|^2 = 1 - sum_k q[e, k]^2 */
+            LA_T res = 1;
+            for (int64_t k = 0; k < j; k++) res -= q[e + k * p] * q[e + k * p];
+            if (res > bres) {
+                bres = res;
+                best = e;
+            }
+        }
+        for (int64_t i = 0; i < p; i++) x[i] = i == best;
+        for (int pass = 0; pass < 2; pass++)
+            for (int64_t k = 0; k < j; k++) {
+                LA_T d = 0;
+                for (int64_t i = 0; i < p; i++) d += q[i + k * p] * x[i];
+                for (int64_t i = 0; i < p; i++) x[i] -= d * q[i + k * p];
+            }
+        LA_T nrm = 0;
+        for (int64_t i = 0; i < p; i++) nrm += x[i] * x[i];
+        nrm = (LA_T)sqrt(nrm);
+        for (int64_t i = 0; i < p; i++) q[i + j * p] = x[i] / nrm;
+    }
+}
+
+/* g (p x q, ld p, p >= q) = U diag(s) V^T: on return g holds U's first q columns (orthonormal; columns of
+ * zero singular values completed), s[q] descending, v (q x q, ld q; if not NULL) V. x: p scratch elements.
+ * Returns false for non-finite input (s, g, v then NaN). */
+static bool LA_F(gesvj)(int64_t p, int64_t q, LA_T *g, LA_T *s, LA_T *v, LA_T *x) {
+    bool ok = LA_F(finite)(p, q, g, p);
+    if (v)
+        for (int64_t j = 0; j < q; j++)
+            for (int64_t i = 0; i < q; i++) v[i + j * q] = i == j;
+    for (int sweep = 0; ok && sweep < 60; sweep++) {
+        bool rotated = false;
+        for (int64_t i = 0; i < q - 1; i++)
+            for (int64_t j = i + 1; j < q; j++) {
+                LA_T *gi = g + i * p, *gj = g + j * p, al = 0, be = 0, ga = 0;
+                for (int64_t k = 0; k < p; k++) {
+                    al += gi[k] * gi[k];
+                    be += gj[k] * gj[k];
+                    ga += gi[k] * gj[k];
+                }
+                if (ga == 0 || (LA_T)fabs(ga) <= LA_EPS * (LA_T)sqrt(al) * (LA_T)sqrt(be)) continue;
+                rotated = true;
+                LA_T zeta = (be - al) / (2 * ga);
+                LA_T t = (zeta >= 0 ? 1 : -1) / ((LA_T)fabs(zeta) + (LA_T)hypot(zeta, 1));
+                LA_T c = 1 / (LA_T)hypot(t, 1), sn = t * c;
+                for (int64_t k = 0; k < p; k++) {
+                    LA_T a = gi[k], b = gj[k];
+                    gi[k] = c * a - sn * b;
+                    gj[k] = sn * a + c * b;
+                }
+                if (v) {
+                    LA_T *vi = v + i * q, *vj = v + j * q;
+                    for (int64_t k = 0; k < q; k++) {
+                        LA_T a = vi[k], b = vj[k];
+                        vi[k] = c * a - sn * b;
+                        vj[k] = sn * a + c * b;
+                    }
+                }
+            }
+        if (!rotated) break;
+    }
+    if (!ok) {
+        for (int64_t i = 0; i < q; i++) s[i] = (LA_T)NAN;
+        for (int64_t i = 0; i < p * q; i++) g[i] = (LA_T)NAN;
+        if (v)
+            for (int64_t i = 0; i < q * q; i++) v[i] = (LA_T)NAN;
+        return false;
+    }
+    for (int64_t i = 0; i < q; i++) {
+        LA_T nrm = 0;
+        for (int64_t k = 0; k < p; k++) nrm += g[k + i * p] * g[k + i * p];
+        s[i] = (LA_T)sqrt(nrm);
+    }
+    for (int64_t i = 0; i < q; i++) { /* descending */
+        int64_t b = i;
+        for (int64_t j = i + 1; j < q; j++)
+            if (s[j] > s[b]) b = j;
+        if (b == i) continue;
+        LA_T t = s[i];
+        s[i] = s[b];
+        s[b] = t;
+        for (int64_t k = 0; k < p; k++) {
+            t = g[k + i * p];
+            g[k + i * p] = g[k + b * p];
+            g[k + b * p] = t;
+        }
+        if (v)
+            for (int64_t k = 0; k < q; k++) {
+                t = v[k + i * q];
+                v[k + i * q] = v[k + b * q];
+                v[k + b * q] = t;
+            }
+    }
+    int64_t r = 0; /* columns with a singular value clear of zero give U's columns; the rest are completed */
+    LA_T tiny = (LA_T)p * LA_EPS * (q > 0 ? s[0] : 0);
+    while (r < q && s[r] > tiny && s[r] > 0) {
+        for (int64_t k = 0; k < p; k++) g[k + r * p] /= s[r];
+        r++;
+    }
+    LA_F(complete)(p, q, r, g, x);
+    return true;
+}

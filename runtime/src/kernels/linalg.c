@@ -1,5 +1,5 @@
 /* linalg.c - linear algebra over batches of matrices (ops.def: TRSM, POTRF,
- * POTRI, GETRF, GETRS, LU_PERM, GEQRF, ORGQR, ORMQR).
+ * POTRI, GETRF, GETRS, LU_PERM, GEQRF, ORGQR, ORMQR, SYEV, GESVD).
  *
  * DESIGN. Each matrix of a batch is copied into a dense column-major working
  * buffer (transposed where that turns the problem into one the cores solve:
@@ -265,6 +265,80 @@ static void la_ormqr(void *ctx, int64_t b0, int64_t b1) {
     la_buf_free(&w);
 }
 
+/* ---- SYEV: t[0] A (in place -> eigenvectors), t[1] w, t[2] info ---- */
+static void la_syev(void *ctx, int64_t b0, int64_t b1) {
+    la_plan *p = ctx;
+    const tpu_tensor *A = &p->a->t[0], *W = &p->a->t[1], *info = &p->a->t[2];
+    tpu_args_SYEV q = tpu_unpack_SYEV(&p->a->p);
+    int64_t n = p->d.m, ws = W->strides[W->ndim - 1];
+    la_buf w;
+    la_buf_get(&w, p, n * n + n, n * n, 0);
+    for (int64_t b = b0; b < b1; b++) {
+        int64_t ao = la_off(A, p->d.nb, b), wo = la_off(W, p->d.nb, b);
+        bool ok;
+        if (p->f64) {
+            double *a = w.w0, *ev = a + n * n, *wb = (double *)W->base + wo;
+            load_d(A, ao, n, n, q.upper != 0, a); /* the lower triangle of a is the one to read */
+            for (int64_t j = 0; j < n; j++)
+                for (int64_t i = 0; i < j; i++) a[i + j * n] = a[j + i * n];
+            ok = syev_d(n, a, n, ev, q.vectors ? w.w1 : NULL);
+            for (int64_t i = 0; i < n; i++) wb[i * ws] = ev[i];
+            if (q.vectors) store_d(A, ao, n, n, false, w.w1);
+        } else {
+            float *a = w.w0, *ev = a + n * n, *wb = (float *)W->base + wo;
+            load_f(A, ao, n, n, q.upper != 0, a);
+            for (int64_t j = 0; j < n; j++)
+                for (int64_t i = 0; i < j; i++) a[i + j * n] = a[j + i * n];
+            ok = syev_f(n, a, n, ev, q.vectors ? w.w1 : NULL);
+            for (int64_t i = 0; i < n; i++) wb[i * ws] = ev[i];
+            if (q.vectors) store_f(A, ao, n, n, false, w.w1);
+        }
+        la_set_int(info, la_off(info, p->d.nb, b), ok ? 0 : tpu_linalg_syev_failure(n, q.vectors != 0));
+    }
+    la_buf_free(&w);
+}
+
+/* ---- GESVD: t[0] S, t[1] U?, t[2] Vh?, t[3] info, t[4] A ---- */
+static void la_svd(void *ctx, int64_t b0, int64_t b1) {
+    la_plan *p = ctx;
+    const tpu_tensor *S = &p->a->t[0], *U = &p->a->t[1], *Vh = &p->a->t[2], *info = &p->a->t[3], *A = &p->a->t[4];
+    bool uv = !U->is_scalar, tall = p->d.m >= p->d.n;
+    /* G = A (tall) or A^T: G (gp x gq, gp >= gq) = G_U diag(s) G_V^T */
+    int64_t m = p->d.m, n = p->d.n, gp = tall ? m : n, gq = tall ? n : m, ss = S->strides[S->ndim - 1];
+    int64_t uc = uv ? U->sizes[U->ndim - 1] : 0, vr = uv ? Vh->sizes[Vh->ndim - 2] : 0;
+    int64_t gc = uv ? (tall ? uc : vr) : gq; /* G_U's columns wanted: gq, or gp (full matrices) */
+    la_buf w;
+    la_buf_get(&w, p, gp * (gc > gq ? gc : gq) + gq + gp, gq * gq, 0);
+    for (int64_t b = b0; b < b1; b++) {
+        int64_t ao = la_off(A, p->d.nb, b), so = la_off(S, p->d.nb, b);
+        bool ok;
+        if (p->f64) {
+            double *g = w.w0, *sv = g + gp * (gc > gq ? gc : gq), *x = sv + gq, *sb = (double *)S->base + so;
+            load_d(A, ao, gp, gq, !tall, g);
+            ok = gesvj_d(gp, gq, g, sv, uv ? w.w1 : NULL, x);
+            for (int64_t i = 0; i < gq; i++) sb[i * ss] = sv[i];
+            if (uv && ok) {
+                complete_d(gp, gc, gq, g, x);
+                /* tall: U = G_U, Vh = G_V^T; wide: U = G_V, Vh = G_U^T */
+                store_d(tall ? U : Vh, la_off(tall ? U : Vh, p->d.nb, b), gp, gc, !tall, g);
+                store_d(tall ? Vh : U, la_off(tall ? Vh : U, p->d.nb, b), gq, gq, tall, w.w1);
+            }
+        } else {
+            float *g = w.w0, *sv = g + gp * (gc > gq ? gc : gq), *x = sv + gq, *sb = (float *)S->base + so;
+            load_f(A, ao, gp, gq, !tall, g);
+            ok = gesvj_f(gp, gq, g, sv, uv ? w.w1 : NULL, x);
+            for (int64_t i = 0; i < gq; i++) sb[i * ss] = sv[i];
+            if (uv && ok) {
+                complete_f(gp, gc, gq, g, x);
+                store_f(tall ? U : Vh, la_off(tall ? U : Vh, p->d.nb, b), gp, gc, !tall, g);
+                store_f(tall ? Vh : U, la_off(tall ? Vh : U, p->d.nb, b), gq, gq, tall, w.w1);
+            }
+        }
+        la_set_int(info, la_off(info, p->d.nb, b), ok ? 0 : -4);
+    }
+    la_buf_free(&w);
+}
+
 tpu_status tpu_k_linalg(tpu_kargs *a) {
     la_plan p;
     memset(&p, 0, sizeof p);
@@ -283,6 +357,8 @@ tpu_status tpu_k_linalg(tpu_kargs *a) {
     case TPU_OP_GEQRF:
     case TPU_OP_ORGQR: fn = la_qr; break;
     case TPU_OP_ORMQR: fn = la_ormqr; break;
+    case TPU_OP_SYEV: fn = la_syev; break;
+    case TPU_OP_GESVD: fn = la_svd; break;
     default: return tpu_kernel_fail(a, "%s: not a linalg op", tpu_op_name(a->op));
     }
     /* about 64k multiply-adds per block of matrices */

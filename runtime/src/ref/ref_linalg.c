@@ -28,7 +28,7 @@ static bool la_batch_ok(const tpu_tensor *t, int nd, const tpu_tensor *ref, int 
 tpu_status tpu_linalg_check(tpu_kargs *a, tpu_linalg_dims *d) {
     const char *name = tpu_op_name(a->op);
     const tpu_tensor *t0 = &a->t[0];
-    int nd = t0->ndim, nb = a->op == TPU_OP_LU_PERM ? nd - 1 : nd - 2;
+    int nd = t0->ndim, nb = a->op == TPU_OP_LU_PERM || a->op == TPU_OP_GESVD ? nd - 1 : nd - 2;
     if (t0->is_scalar || nb < 0) return tpu_kernel_fail(a, "%s: output 0 has %d dims", name, nd);
     memset(d, 0, sizeof *d);
     d->nb = nb;
@@ -36,6 +36,12 @@ tpu_status tpu_linalg_check(tpu_kargs *a, tpu_linalg_dims *d) {
     for (int q = 0; q < nb; q++) d->batch *= t0->sizes[q];
     d->m = t0->sizes[nb];
     d->n = a->op == TPU_OP_LU_PERM ? 0 : t0->sizes[nb + 1];
+    if (a->op == TPU_OP_GESVD) { /* sizes from A */
+        if (a->n < 5 || la_batch_ok(&a->t[4], nb + 2, t0, nb) == false)
+            return tpu_kernel_fail(a, "%s: operands of mismatched shapes or dtypes", name);
+        d->m = a->t[4].sizes[nb];
+        d->n = a->t[4].sizes[nb + 1];
+    }
     if (d->m > INT32_MAX || d->n > INT32_MAX) return tpu_kernel_fail(a, "%s: matrices too large", name);
     bool flt = a->op != TPU_OP_LU_PERM;
     if (flt && t0->dtype != TPU_F32 && t0->dtype != TPU_F64)
@@ -75,10 +81,32 @@ tpu_status tpu_linalg_check(tpu_kargs *a, tpu_linalg_dims *d) {
              k->sizes[nb] <= r;
         break;
     }
+    case TPU_OP_SYEV: /* A (n x n), w [n], info */
+        ok = d->m == d->n && la_batch_ok(m, nb + 1, t0, nb) && m->dtype == t0->dtype && m->sizes[nb] == d->m &&
+             la_batch_ok(k, nb, t0, nb) && k->dtype == TPU_I32;
+        break;
+    case TPU_OP_GESVD: { /* S [min(m, n)], U m x (k or m), Vh (k or n) x n (both or neither absent), info; A */
+        const tpu_tensor *u = &a->t[1], *vh = &a->t[2], *info = &a->t[3], *A = &a->t[4];
+        int64_t mn = d->m < d->n ? d->m : d->n;
+        ok = A->dtype == t0->dtype && t0->sizes[nb] == mn && la_batch_ok(info, nb, t0, nb) && info->dtype == TPU_I32 &&
+             u->is_scalar == vh->is_scalar;
+        if (ok && !u->is_scalar)
+            ok = la_batch_ok(u, nd + 1, t0, nb) && la_batch_ok(vh, nd + 1, t0, nb) && u->dtype == t0->dtype &&
+                 vh->dtype == t0->dtype && u->sizes[nb] == d->m && vh->sizes[nb + 1] == d->n &&
+                 ((u->sizes[nb + 1] == mn && vh->sizes[nb] == mn) || /* reduced, or full matrices */
+                  (u->sizes[nb + 1] == d->m && vh->sizes[nb] == d->n));
+        break;
+    }
     default: ok = false;
     }
     if (!ok) return tpu_kernel_fail(a, "%s: operands of mismatched shapes or dtypes", name);
     return TPU_OK;
+}
+
+int64_t tpu_linalg_syev_failure(int64_t n, bool vectors) {
+    /* measured: syevd on a NaN-holding matrix; n <= 2 gives NaN eigenvalues without an error */
+    if (n <= 2) return 0;
+    return vectors ? n - 1 : n - 2;
 }
 
 tpu_status tpu_linalg_bad_pivot(tpu_kargs *a, const tpu_linalg_dims *d, int64_t batch, int64_t value) {
@@ -108,6 +136,11 @@ static int64_t rl_geti(const tpu_tensor *t, int64_t off, int64_t i) {
 static void rl_seti(const tpu_tensor *t, int64_t off, int64_t i, int64_t v) {
     int64_t e = off + i * t->strides[t->ndim - 1];
     tpu_store_i64((char *)t->base + (size_t)e * tpu_dtype_size((tpu_dtype)t->dtype), (tpu_dtype)t->dtype, v);
+}
+
+static void rl_setv(const tpu_tensor *t, int64_t off, int64_t i, double v) { /* element i of a vector */
+    int64_t e = off + i * t->strides[t->ndim - 1];
+    tpu_store_f64((char *)t->base + (size_t)e * tpu_dtype_size((tpu_dtype)t->dtype), (tpu_dtype)t->dtype, v);
 }
 
 /* Solve G x = x in place for triangular G (n x n, row-major g), lower or upper. */
@@ -327,8 +360,7 @@ static void ref_geqrf(tpu_kargs *a, const tpu_linalg_dims *d, int64_t b, double 
             for (int64_t r = i; r < m; r++) s += v[r] * w[r * n + j];
             for (int64_t r = i; r < m; r++) w[r * n + j] -= t * s * v[r];
         }
-        tpu_store_f64((char *)tau->base + (size_t)(to + i * tau->strides[tau->ndim - 1]) * tpu_dtype_size(tau->dtype),
-                      (tpu_dtype)tau->dtype, t);
+        rl_setv(tau, to, i, t);
     }
     for (int64_t i = 0; i < m; i++)
         for (int64_t j = 0; j < n; j++) rl_set(A, ao, i, j, w[i * n + j]);
@@ -372,6 +404,163 @@ static void ref_ormqr(tpu_kargs *a, const tpu_linalg_dims *d, int64_t b, double 
     }
 }
 
+/* ---- eigh and SVD: Jacobi on a row-major double copy (eigh); SVD from the eigen-decomposition of G^T G ---- */
+static bool rl_finite(const double *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) return false;
+    return true;
+}
+
+/* Textbook cyclic Jacobi: s (n x n row-major symmetric) -> w ascending, v's columns (row-major n x n). */
+static void rl_jacobi(double *s, int64_t n, double *w, double *v) {
+    for (int64_t i = 0; i < n * n; i++) v[i] = i % (n + 1) == 0;
+    for (int sweep = 0; sweep < 100; sweep++) {
+        double off = 0, nrm = 0;
+        for (int64_t i = 0; i < n * n; i++) {
+            nrm += s[i] * s[i];
+            if (i % (n + 1)) off += s[i] * s[i];
+        }
+        if (!(off > 1e-34 * nrm)) break;
+        for (int64_t p = 0; p < n; p++)
+            for (int64_t q = p + 1; q < n; q++) {
+                if (s[p * n + q] == 0) continue;
+                double th = (s[q * n + q] - s[p * n + p]) / (2 * s[p * n + q]);
+                double t = (th >= 0 ? 1 : -1) / (fabs(th) + sqrt(th * th + 1)), c = 1 / sqrt(t * t + 1), sn = t * c;
+                for (int64_t k = 0; k < n; k++) {
+                    double x = s[k * n + p], y = s[k * n + q];
+                    s[k * n + p] = c * x - sn * y;
+                    s[k * n + q] = sn * x + c * y;
+                }
+                for (int64_t k = 0; k < n; k++) {
+                    double x = s[p * n + k], y = s[q * n + k];
+                    s[p * n + k] = c * x - sn * y;
+                    s[q * n + k] = sn * x + c * y;
+                    x = v[k * n + p];
+                    y = v[k * n + q];
+                    v[k * n + p] = c * x - sn * y;
+                    v[k * n + q] = sn * x + c * y;
+                }
+            }
+    }
+    for (int64_t i = 0; i < n; i++) w[i] = s[i * n + i];
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = i + 1; j < n; j++)
+            if (w[j] < w[i]) {
+                double t = w[i];
+                w[i] = w[j];
+                w[j] = t;
+                for (int64_t k = 0; k < n; k++) {
+                    t = v[k * n + i];
+                    v[k * n + i] = v[k * n + j];
+                    v[k * n + j] = t;
+                }
+            }
+}
+
+static void ref_syev(tpu_kargs *a, const tpu_linalg_dims *d, int64_t b, double *s, double *x) {
+    const tpu_tensor *A = &a->t[0], *W = &a->t[1], *info = &a->t[2];
+    tpu_args_SYEV q = tpu_unpack_SYEV(&a->p);
+    int64_t n = d->m, ao = tpu_linalg_batch_off(A, d->nb, b), wo = tpu_linalg_batch_off(W, d->nb, b);
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < n; j++) {
+            bool low = i >= j; /* from the triangle read */
+            s[i * n + j] = q.upper ? (low ? rl_get(A, ao, j, i) : rl_get(A, ao, i, j))
+                                   : (low ? rl_get(A, ao, i, j) : rl_get(A, ao, j, i));
+        }
+    double *w = x, *v = x + n;
+    bool ok = rl_finite(s, n * n);
+    if (ok) rl_jacobi(s, n, w, v);
+    for (int64_t i = 0; i < n; i++) rl_setv(W, wo, i, ok ? w[i] : NAN);
+    if (q.vectors)
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t j = 0; j < n; j++) rl_set(A, ao, i, j, ok ? v[i * n + j] : NAN);
+    tpu_store_i64((int32_t *)info->base + tpu_linalg_batch_off(info, d->nb, b), TPU_I32,
+                  ok ? 0 : tpu_linalg_syev_failure(n, q.vectors != 0));
+}
+
+/* Columns [r, c) of the row-major p x c matrix u completed to an orthonormal set (as the fast kernel). */
+static void rl_complete(double *u, int64_t p, int64_t c, int64_t r, double *x) {
+    for (int64_t j = r; j < c; j++) {
+        int64_t best = 0;
+        double bres = -1;
+        for (int64_t e = 0; e < p; e++) {
+            double res = 1;
+            for (int64_t k = 0; k < j; k++) res -= u[e * c + k] * u[e * c + k];
+            if (res > bres) bres = res, best = e;
+        }
+        for (int64_t i = 0; i < p; i++) x[i] = i == best;
+        for (int pass = 0; pass < 2; pass++)
+            for (int64_t k = 0; k < j; k++) {
+                double dd = 0;
+                for (int64_t i = 0; i < p; i++) dd += u[i * c + k] * x[i];
+                for (int64_t i = 0; i < p; i++) x[i] -= dd * u[i * c + k];
+            }
+        double nrm = 0;
+        for (int64_t i = 0; i < p; i++) nrm += x[i] * x[i];
+        for (int64_t i = 0; i < p; i++) u[i * c + j] = x[i] / sqrt(nrm);
+    }
+}
+
+/* G (gp x gq, G = A or A^T) = G_U S G_V^T: G_V, S^2 from the eigen-decomposition of G^T G, G_U = G G_V / S. */
+static void ref_svd(tpu_kargs *a, const tpu_linalg_dims *d, int64_t b) {
+    const tpu_tensor *S = &a->t[0], *U = &a->t[1], *Vh = &a->t[2], *info = &a->t[3], *A = &a->t[4];
+    bool tall = d->m >= d->n, uv = !U->is_scalar;
+    int64_t gp = tall ? d->m : d->n, gq = tall ? d->n : d->m, ao = tpu_linalg_batch_off(A, d->nb, b);
+    int64_t gc = uv ? (tall ? U->sizes[U->ndim - 1] : Vh->sizes[Vh->ndim - 2]) : gq;
+    double *g = malloc((size_t)(gp * gq + 2 * gq * gq + gq + gp * gc + gp + 1) * sizeof *g);
+    if (!g) abort(); /* (test-sized matrices) */
+    double *s = g + gp * gq, *v = s + gq * gq, *w = v + gq * gq, *u = w + gq, *x = u + gp * gc;
+    for (int64_t i = 0; i < gp; i++)
+        for (int64_t j = 0; j < gq; j++) g[i * gq + j] = tall ? rl_get(A, ao, i, j) : rl_get(A, ao, j, i);
+    bool ok = rl_finite(g, gp * gq);
+    if (ok) {
+        for (int64_t i = 0; i < gq; i++)
+            for (int64_t j = 0; j < gq; j++) {
+                double t = 0;
+                for (int64_t k = 0; k < gp; k++) t += g[k * gq + i] * g[k * gq + j];
+                s[i * gq + j] = t;
+            }
+        rl_jacobi(s, gq, w, v);
+        for (int64_t i = 0; i < gq / 2; i++) { /* descending */
+            int64_t j = gq - 1 - i;
+            double t = w[i];
+            w[i] = w[j];
+            w[j] = t;
+            for (int64_t k = 0; k < gq; k++) {
+                t = v[k * gq + i];
+                v[k * gq + i] = v[k * gq + j];
+                v[k * gq + j] = t;
+            }
+        }
+        int64_t r = 0;
+        for (int64_t j = 0; j < gq; j++) {
+            double sj = sqrt(w[j] > 0 ? w[j] : 0);
+            rl_setv(S, tpu_linalg_batch_off(S, d->nb, b), j, sj);
+            if (sj > 1e-12 * sqrt(w[0] > 0 ? w[0] : 0) && r == j) {
+                for (int64_t i = 0; i < gp; i++) {
+                    double t = 0;
+                    for (int64_t k = 0; k < gq; k++) t += g[i * gq + k] * v[k * gq + j];
+                    u[i * gc + j] = t / sj;
+                }
+                r++;
+            }
+        }
+        rl_complete(u, gp, gc, r, x);
+        if (uv) {
+            const tpu_tensor *tu = tall ? U : Vh, *tv = tall ? Vh : U;
+            int64_t uo = tpu_linalg_batch_off(tu, d->nb, b), vo = tpu_linalg_batch_off(tv, d->nb, b);
+            for (int64_t i = 0; i < gp; i++)
+                for (int64_t j = 0; j < gc; j++) tall ? rl_set(tu, uo, i, j, u[i * gc + j]) : rl_set(tu, uo, j, i, u[i * gc + j]);
+            for (int64_t i = 0; i < gq; i++)
+                for (int64_t j = 0; j < gq; j++) tall ? rl_set(tv, vo, j, i, v[i * gq + j]) : rl_set(tv, vo, i, j, v[i * gq + j]);
+        }
+    } else {
+        for (int64_t j = 0; j < gq; j++) rl_setv(S, tpu_linalg_batch_off(S, d->nb, b), j, NAN);
+    }
+    tpu_store_i64((int32_t *)info->base + tpu_linalg_batch_off(info, d->nb, b), TPU_I32, ok ? 0 : -4);
+    free(g);
+}
+
 tpu_status tpu_ref_linalg(tpu_kargs *a) {
     tpu_linalg_dims d;
     tpu_status s = tpu_linalg_check(a, &d);
@@ -399,6 +588,8 @@ tpu_status tpu_ref_linalg(tpu_kargs *a) {
         case TPU_OP_GEQRF: ref_geqrf(a, &d, b, w, x); break;
         case TPU_OP_ORGQR: ref_orgqr(a, &d, b, w, x); break;
         case TPU_OP_ORMQR: ref_ormqr(a, &d, b, w, x); break;
+        case TPU_OP_SYEV: ref_syev(a, &d, b, w, x); break;
+        case TPU_OP_GESVD: ref_svd(a, &d, b); break;
         default: s = tpu_kernel_fail(a, "%s: not a linalg op", tpu_op_name(a->op));
         }
     }
