@@ -692,9 +692,10 @@ static void test_eigh_svd_hand(void) {
         for (int i = 0; i < 4; i++) hset(&A, i, e[i]);
         tpu_tensor o1[3] = {A.t, w.t, info.t};
         CHECK(run(ref, TPU_OP_SYEV, o1, 3, params4(0, 1, 0, 0), NULL) == TPU_OK);
-        CHECK_MSG(fabs(hget(&w, 0) - 1) < 1e-15 && fabs(hget(&w, 1) - 3) < 1e-15 && hgeti(&info, 0) == 0, "ref %d: %g %g",
-                  ref, hget(&w, 0), hget(&w, 1));
-        CHECK(fabs(fabs(hget(&A, 0)) - sqrt(0.5)) < 1e-15 && fabs(hget(&A, 0) + hget(&A, 2)) < 1e-15); /* (1, -1) / sqrt 2 */
+        CHECK_MSG(fabs(hget(&w, 0) - 1) < 1e-15 && fabs(hget(&w, 1) - 3) < 1e-15 && hgeti(&info, 0) == 0,
+                  "ref %d: %g %g", ref, hget(&w, 0), hget(&w, 1));
+        CHECK(fabs(fabs(hget(&A, 0)) - sqrt(0.5)) < 1e-15 &&
+              fabs(hget(&A, 0) + hget(&A, 2)) < 1e-15); /* (1, -1) / sqrt 2 */
         double sv[4] = {3, 0, 4, 5}, r1[4] = {1, 2, 2, 4};
         for (int i = 0; i < 4; i++) hset(&B, i, sv[i]);
         tpu_tensor o2[5] = {w.t, U.t, V.t, info.t, B.t};

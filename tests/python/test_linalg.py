@@ -284,6 +284,26 @@ def test_eigh_svd_non_finite():
         assert same_error(fn, a) is torch.linalg.LinAlgError
 
 
+# ---------------------------------------------------------------- out= (resized, or a proxy where the layout differs)
+def test_out_variants():
+    A, P = gen((2, 3, 3), torch.float64), spd((2, 3, 3), torch.float64)
+    inv = torch.empty(0, dtype=torch.float64, device=D)
+    torch.linalg.inv(A.to(D), out=inv)
+    assert_close(inv, torch.linalg.inv(A), check_layout=False)
+    L = torch.full((2, 3, 3), 7.0, dtype=torch.float64, device=D)       # row-major: meta wants column-major
+    torch.linalg.cholesky(P.to(D), out=L)
+    assert_close(L, torch.linalg.cholesky(P), check_layout=False)
+    LU, piv = torch.empty(0, dtype=torch.float64, device=D), torch.empty(0, dtype=torch.int32, device=D)
+    torch.linalg.lu_factor(A.to(D), out=(LU, piv))
+    assert_close((LU, piv), torch.linalg.lu_factor(A), check_layout=False)
+    Q, R = torch.empty(0, dtype=torch.float64, device=D), torch.empty(0, dtype=torch.float64, device=D)
+    torch.linalg.qr(A.to(D), out=(Q, R))
+    assert_close((Q, R), torch.linalg.qr(A), check_layout=False)
+    same_error(lambda a: torch.linalg.inv(a, out=torch.empty(0, dtype=torch.int32, device=a.device)), A)
+    same_error(lambda a: torch.linalg.lu_factor(a, out=(torch.empty(0, dtype=a.dtype, device=a.device),
+                                                        torch.empty(0, device=a.device))), A)
+
+
 # ---------------------------------------------------------------- dtypes and argument errors: the CPU's words
 ERROR_CASES = [
     lambda a: torch.linalg.cholesky(a), lambda a: torch.linalg.solve_triangular(a, a, upper=True),

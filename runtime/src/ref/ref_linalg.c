@@ -550,9 +550,11 @@ static void ref_svd(tpu_kargs *a, const tpu_linalg_dims *d, int64_t b) {
             const tpu_tensor *tu = tall ? U : Vh, *tv = tall ? Vh : U;
             int64_t uo = tpu_linalg_batch_off(tu, d->nb, b), vo = tpu_linalg_batch_off(tv, d->nb, b);
             for (int64_t i = 0; i < gp; i++)
-                for (int64_t j = 0; j < gc; j++) tall ? rl_set(tu, uo, i, j, u[i * gc + j]) : rl_set(tu, uo, j, i, u[i * gc + j]);
+                for (int64_t j = 0; j < gc; j++)
+                    tall ? rl_set(tu, uo, i, j, u[i * gc + j]) : rl_set(tu, uo, j, i, u[i * gc + j]);
             for (int64_t i = 0; i < gq; i++)
-                for (int64_t j = 0; j < gq; j++) tall ? rl_set(tv, vo, j, i, v[i * gq + j]) : rl_set(tv, vo, i, j, v[i * gq + j]);
+                for (int64_t j = 0; j < gq; j++)
+                    tall ? rl_set(tv, vo, j, i, v[i * gq + j]) : rl_set(tv, vo, i, j, v[i * gq + j]);
         }
     } else {
         for (int64_t j = 0; j < gq; j++) rl_setv(S, tpu_linalg_batch_off(S, d->nb, b), j, NAN);
