@@ -10,3 +10,4 @@
 #include "ops_core.cpp"
 #include "ops_pointwise.cpp"
 #include "ops_nn.cpp"
+#include "ops_linalg.cpp"

@@ -10,8 +10,10 @@
 //   ops_pointwise.cpp  elementwise (unary, binary, ternary) and reductions/scans
 //   ops_nn.cpp         matrix unit, softmax, losses, layer norm, indexing, random,
 //                      convolution and pooling, rnn cells
+//   ops_linalg.cpp     linear algebra: PyTorch's device-generic linalg functions
+//                      with their DispatchStubs filled by the LINALG kernels
 // Each ops_*.cpp registers its own rows (one TORCH_LIBRARY_IMPL block per file);
-// ops.cpp compiles the three as one translation unit (compile time on two cores).
+// ops.cpp compiles them as one translation unit (compile time on two cores).
 // Batch norm and mse_loss have no kernel here: torch_tpu/_decomp.py registers
 // PyTorch's own decompositions for them.
 #pragma once

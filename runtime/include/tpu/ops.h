@@ -55,7 +55,7 @@ typedef enum tpu_op_class {
     X(EW, elementwise, ew) X(RED, reduce, red) X(SCAN, scan, scan) X(GEMM, gemm, gemm)         \
     X(SOFTMAX, softmax, softmax) X(LOSS, loss, loss) X(NORM, norm, norm) X(INDEX, index, index) \
     X(RANDOM, random, random) X(OPTIM, optim, optim) X(SHAPE, shape, shape) X(RNN, rnn, rnn)       \
-    X(SORT, sort, sort)
+    X(SORT, sort, sort) X(LINALG, linalg, linalg)
 /* clang-format on */
 
 typedef enum tpu_op_family {

@@ -33,6 +33,24 @@ tpu_status tpu_gemm_check(tpu_kargs *a);
 /* RNN cells (ref/ref_rnn.c): *B, *H are the batch and hidden sizes. */
 tpu_status tpu_rnn_check(tpu_kargs *a, int64_t *B, int64_t *H);
 
+/* Linear algebra (ref/ref_linalg.c; ops.def: TRSM .. LU_PERM). A launch's
+ * batch dims (nb of them, batch matrices) and matrix sizes: m x n of output 0
+ * (TRSM: B; GETRS: m = the order, n = B's columns; LU_PERM: m = the
+ * permutation's length, n = the pivots'; GESVD: A's). */
+typedef struct tpu_linalg_dims {
+    int nb;
+    int64_t batch, m, n;
+} tpu_linalg_dims;
+/* Ranks, sizes and dtypes of every operand; fails the launch otherwise. */
+tpu_status tpu_linalg_check(tpu_kargs *a, tpu_linalg_dims *d);
+/* Element offset (t->offset included) of matrix b of t's first nb dims. */
+int64_t tpu_linalg_batch_off(const tpu_tensor *t, int nb, int64_t b);
+/* SYEV's info for a matrix with a non-finite element: what the CPU's LAPACK
+ * (syevd) reports for one (0 for n <= 2, whose results are NaN). */
+int64_t tpu_linalg_syev_failure(int64_t n, bool vectors);
+/* The failure for a pivot outside [1, m] in matrix `batch`. */
+tpu_status tpu_linalg_bad_pivot(tpu_kargs *a, const tpu_linalg_dims *d, int64_t batch, int64_t value);
+
 /* Random fills (ref/ref_random.c): the per-element function shared by the
  * fast kernel (kernels/random.c) and the reference. */
 /* The last Philox block computed (consecutive elements share blocks). */
