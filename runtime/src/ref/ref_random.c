@@ -17,6 +17,7 @@
  * PyTorch's "== to ? from" puts all of them on `from`). */
 #include "ref/ref-impl.h"
 #include <math.h>
+#include <string.h>
 
 static int words_per_elem(const tpu_kargs *a) {
     bool f64 = a->t[0].dtype == TPU_F64;
@@ -137,6 +138,20 @@ static uint32_t bernoulli_limit(double p) {
     return (uint32_t)ceil(p * 16777216.0);
 }
 
+/* Eight draws of bernoulli against limit slim (bernoulli_limit, as a signed
+ * int: below 2^24), as vector lanes of -1 / 0 (GCC vector extensions: -O2
+ * does not vectorize the scalar loop, and each element's branch mispredicts). */
+typedef uint32_t rv_u8 __attribute__((vector_size(32)));
+typedef int32_t rv_i8 __attribute__((vector_size(32)));
+typedef float rv_f8 __attribute__((vector_size(32)));
+typedef uint8_t rv_b8 __attribute__((vector_size(8)));
+#define BERN8(c, x, slim)                \
+    do {                                 \
+        rv_u8 v_;                        \
+        memcpy(&v_, (x), sizeof v_);     \
+        (c) = (rv_i8)(v_ >> 8) < (slim); \
+    } while (0) /* (a macro: a function returning a vector changes the ABI outside the AVX clone) */
+
 TPU_TARGET_CLONES bool tpu_random_floats(const tpu_kargs *a, int64_t pos, int n, double p, float *out) {
     tpu_dtype dt = (tpu_dtype)a->t[0].dtype;
     bool uni = a->op == TPU_OP_RAND_UNIFORM && dt != TPU_F64;
@@ -147,7 +162,8 @@ TPU_TARGET_CLONES bool tpu_random_floats(const tpu_kargs *a, int64_t pos, int n,
         from = round_to(dt, q.from);
         to = round_to(dt, q.to);
     }
-    uint32_t w[4 * RAND_BATCH_BLOCKS], lim = bernoulli_limit(p);
+    uint32_t w[4 * RAND_BATCH_BLOCKS];
+    int32_t slim = (int32_t)bernoulli_limit(p); /* (at most 2^24) */
     for (int j0 = 0; j0 < n;) {
         const uint32_t *x;
         int m = fill_words(a, pos + j0, n - j0, w, &x);
@@ -172,7 +188,14 @@ TPU_TARGET_CLONES bool tpu_random_floats(const tpu_kargs *a, int64_t pos, int n,
                     if (o[j] >= to) o[j] = lo;
             }
         } else {
-            for (int j = 0; j < m; j++) o[j] = (x[j] >> 8) < lim ? 1.0f : 0.0f;
+            int j = 0;
+            for (; j + 8 <= m; j += 8) {
+                rv_i8 c;
+                BERN8(c, x + j, slim);
+                rv_f8 f = __builtin_convertvector(-c, rv_f8);
+                memcpy(o + j, &f, sizeof f);
+            }
+            for (; j < m; j++) o[j] = (float)((int32_t)(x[j] >> 8) < slim);
         }
         j0 += m;
     }
@@ -180,11 +203,20 @@ TPU_TARGET_CLONES bool tpu_random_floats(const tpu_kargs *a, int64_t pos, int n,
 }
 
 TPU_TARGET_CLONES void tpu_random_bernoulli_bytes(const tpu_kargs *a, int64_t pos, int n, double p, uint8_t *out) {
-    uint32_t w[4 * RAND_BATCH_BLOCKS], lim = bernoulli_limit(p);
+    uint32_t w[4 * RAND_BATCH_BLOCKS];
+    int32_t slim = (int32_t)bernoulli_limit(p); /* (at most 2^24) */
     for (int j0 = 0; j0 < n;) {
         const uint32_t *x;
         int m = fill_words(a, pos + j0, n - j0, w, &x);
-        for (int j = 0; j < m; j++) out[j0 + j] = (x[j] >> 8) < lim;
+        uint8_t *o = out + j0;
+        int j = 0;
+        for (; j + 8 <= m; j += 8) {
+            rv_i8 c;
+            BERN8(c, x + j, slim);
+            rv_b8 b = __builtin_convertvector(-c, rv_b8);
+            memcpy(o + j, &b, sizeof b);
+        }
+        for (; j < m; j++) o[j] = (uint8_t)((int32_t)(x[j] >> 8) < slim);
         j0 += m;
     }
 }
