@@ -54,7 +54,9 @@ csrc/ and out of this table.
   used); ``_weight_norm_interface`` (+ backward; ``nn.utils.weight_norm`` and
   the parametrization); ``adaptive_max_pool2d`` (+ backward; each window
   gathered, short ones padded with their last row / column; 1-d pooling goes
-  through it); ``nonzero_static``; ``exponential_`` (``gumbel_softmax``) and
+  through it); ``nonzero_static``; ``exponential_`` (``gumbel_softmax``), ``normal`` with a
+  tensor mean and / or std (the native normal fill scaled and shifted, as the
+  CPU's normal_out_impl) and
   ``rrelu_with_noise`` (training: the slopes drawn by the tpu generator).
 - ``_embedding_bag`` (sum / mean / max, offsets or 2-d input, per-sample
   weights, padding_idx, include_last_offset; differentiated through at the
@@ -443,6 +445,31 @@ def _exponential_(self, lambd=1.0, *, generator=None):
     if not lambd > 0:
         raise RuntimeError(f"exponential_ expects lambda > 0.0, but found lambda={lambd:g}")
     return self.copy_(_exponential(self.shape, self.device, generator, self.dtype) / lambd)
+
+
+def _normal_check_std(std):
+    """The CPU's std checks (CHECK_NORMAL_TENSOR_STD / CHECK_NORMAL_STD): a tensor's costs one host read."""
+    if isinstance(std, torch.Tensor):
+        if std.is_complex():
+            raise RuntimeError("normal expects standard deviation to be non-complex")
+        if std.numel() and not bool((std >= 0).all()):
+            raise RuntimeError("normal expects all elements of std >= 0.0")
+    elif not std >= 0.0:
+        raise RuntimeError(f"normal expects std >= 0.0, but found std {std:g}")
+
+
+def _normal(mean, std=1.0, *, generator=None):
+    """normal with a tensor mean and / or std, as the CPU's normal_out_impl: standard normal draws of the
+    native Philox fill (the tpu generator) in the dtype of the tensor argument (mean's if both), scaled by std
+    and shifted by mean in place."""
+    _normal_check_std(std)
+    like = mean if isinstance(mean, torch.Tensor) else std
+    shape = torch.broadcast_shapes(mean.shape, std.shape) if isinstance(std, torch.Tensor) and \
+        isinstance(mean, torch.Tensor) else like.shape
+    out = torch.empty(shape, dtype=like.dtype, device=like.device)
+    if not isinstance(std, torch.Tensor):
+        return out.normal_(0.0, std, generator=generator).add_(mean)
+    return out.normal_(0.0, 1.0, generator=generator).mul_(std).add_(mean)
 
 
 def _rrelu_with_noise(x, noise, lower=0.125, upper=1 / 3, training=False, generator=None):
@@ -1894,6 +1921,12 @@ _ROWS = [
     ("multilabel_margin_loss_forward", "default", _multilabel_margin_loss_forward),
     ("multilabel_margin_loss_backward", "default", _multilabel_margin_loss_backward),
     ("exponential_", "default", _exponential_),
+    ("normal", "Tensor_Tensor", _normal),
+    ("normal", "Tensor_float", _normal),
+    ("normal", "float_Tensor", _normal),
+    ("normal", "Tensor_Tensor_out", _out(_normal)),
+    ("normal", "Tensor_float_out", _out(_normal)),
+    ("normal", "float_Tensor_out", _out(_normal)),
     ("rrelu_with_noise", "default", _rrelu_with_noise),
     ("rrelu_with_noise_", "default", _rrelu_with_noise_),
     ("rrelu_with_noise_backward", "default", None),
