@@ -913,6 +913,32 @@ static at::Tensor& bernoulli_t(at::Tensor& self, const at::Tensor& prob, std::op
   rand_fill(TPU_OP_RAND_BERNOULLI, self, TPU_PARAMS(RAND_BERNOULLI, .seed = seed, .offset = off), &prob);
   return self;
 }
+// cauchy_, log_normal_ and geometric_ with the checks and words of PyTorch's templates (DistributionTemplates.h).
+static at::Tensor& cauchy_(at::Tensor& self, double median, double sigma, std::optional<at::Generator> gen) {
+  TORCH_CHECK(isFloatingType(self.scalar_type()),
+              "Cauchy distribution is a continuous probability distribution. dtype must be a floating point but "
+              "you specified ",
+              self.dtype());
+  TORCH_CHECK(sigma > 0.0, "cauchy_ expects sigma > 0.0, but found sigma=", sigma);
+  auto [seed, off] = rand_seed(self, gen);
+  rand_fill(TPU_OP_RAND_CAUCHY, self,
+            TPU_PARAMS(RAND_CAUCHY, .seed = seed, .offset = off, .median = median, .sigma = sigma));
+  return self;
+}
+static at::Tensor& log_normal_(at::Tensor& self, double mean, double std, std::optional<at::Generator> gen) {
+  TORCH_CHECK(std > 0.0, "log_normal_ expects std > 0.0, but found std=", std);
+  auto [seed, off] = rand_seed(self, gen);
+  rand_fill(TPU_OP_RAND_LOG_NORMAL, self,
+            TPU_PARAMS(RAND_LOG_NORMAL, .seed = seed, .offset = off, .mean = mean, .std = std));
+  return self;
+}
+static at::Tensor& geometric_(at::Tensor& self, double p, std::optional<at::Generator> gen) {
+  TORCH_CHECK(0 < p && p < 1, "geometric_ expects p to be in (0, 1), but got p=", p);
+  auto [seed, off] = rand_seed(self, gen);
+  rand_fill(TPU_OP_RAND_GEOMETRIC, self, TPU_PARAMS(RAND_GEOMETRIC, .seed = seed, .offset = off, .p = p));
+  return self;
+}
+
 // The largest value random_ draws without `to`: 2^digits for floating dtypes, the dtype's max otherwise.
 static int64_t random_max(c10::ScalarType st) {
   switch (st) {
@@ -1527,6 +1553,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("max_pool2d_with_indices_backward", TORCH_FN(max_pool2d_with_indices_backward));
   // random
   m.impl("uniform_", TORCH_FN(uniform_));
+  m.impl("cauchy_", TORCH_FN(cauchy_));
+  m.impl("log_normal_", TORCH_FN(log_normal_));
+  m.impl("geometric_", TORCH_FN(geometric_));
   m.impl("normal_", TORCH_FN(normal_));
   m.impl("bernoulli_.float", TORCH_FN(bernoulli_f));
   m.impl("bernoulli_.Tensor", TORCH_FN(bernoulli_t));

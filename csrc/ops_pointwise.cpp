@@ -138,7 +138,14 @@ static at::Tensor& ew_out(tpu_op op, at::Tensor& out, std::initializer_list<at::
   X(sqrt, SQRT) X(rsqrt, RSQRT) X(reciprocal, RECIPROCAL) X(sin, SIN) X(cos, COS) X(tan, TAN)             \
   X(asin, ASIN) X(acos, ACOS) X(atan, ATAN) X(sinh, SINH) X(cosh, COSH) X(tanh, TANH) X(asinh, ASINH)     \
   X(acosh, ACOSH) X(atanh, ATANH) X(erf, ERF) X(erfc, ERFC) X(sigmoid, SIGMOID) X(lgamma, LGAMMA)          \
-  X(digamma, DIGAMMA) X(erfinv, ERFINV) X(i0, I0) X(special_i0e, I0E) X(special_i1, I1) X(special_i1e, I1E)
+  X(digamma, DIGAMMA) X(erfinv, ERFINV) X(i0, I0) X(special_i0e, I0E) X(special_i1, I1) X(special_i1e, I1E)   \
+  X(special_entr, ENTR) X(sinc, SINC) X(special_erfcx, ERFCX) X(special_ndtri, NDTRI)                       \
+  X(special_log_ndtr, LOG_NDTR) X(special_bessel_j0, BESSEL_J0) X(special_bessel_j1, BESSEL_J1)             \
+  X(special_bessel_y0, BESSEL_Y0) X(special_bessel_y1, BESSEL_Y1) X(special_modified_bessel_i0, MBESSEL_I0) \
+  X(special_modified_bessel_i1, MBESSEL_I1) X(special_modified_bessel_k0, MBESSEL_K0)                       \
+  X(special_modified_bessel_k1, MBESSEL_K1) X(special_scaled_modified_bessel_k0, MBESSEL_K0E)               \
+  X(special_scaled_modified_bessel_k1, MBESSEL_K1E) X(special_airy_ai, AIRY_AI)                              \
+  X(special_spherical_bessel_j0, SPHERICAL_J0)
 // clang-format on
 // clang-format off
 #define TPU_UNARY_SAME_OPS(X)                                                                             \
@@ -408,7 +415,7 @@ static at::Tensor& pow_st_out(const c10::Scalar& a, const at::Tensor& b, at::Ten
   X(mul, MUL, out) X(maximum, MAXIMUM, out) X(minimum, MINIMUM, out) X(fmod, FMOD, Tensor_out)              \
   X(remainder, REMAINDER, Tensor_out) X(bitwise_and, BITWISE_AND, Tensor_out)                               \
   X(bitwise_or, BITWISE_OR, Tensor_out) X(bitwise_xor, BITWISE_XOR, Tensor_out) X(gcd, GCD, out)           \
-  X(lcm, LCM, out)
+  X(lcm, LCM, out) X(fmax, FMAX, out) X(fmin, FMIN, out) X(igamma, IGAMMA, out) X(igammac, IGAMMAC, out)
 // clang-format on
 #define TPU_COMPARE_OPS(X) X(eq, EQ) X(ne, NE) X(lt, LT) X(le, LE) X(gt, GT) X(ge, GE)
 #define TPU_LOGICAL_OPS(X) X(logical_and, LOGICAL_AND) X(logical_or, LOGICAL_OR) X(logical_xor, LOGICAL_XOR)
@@ -435,12 +442,26 @@ TPU_LOGICAL_OPS(LOGICAL)
 
 // Binary ops computing in floating point (integers promote to the default dtype).
 #define TPU_BINARY_FLOAT_OPS(X) \
-  X(atan2, ATAN2) X(hypot, HYPOT) X(copysign, COPYSIGN) X(logaddexp, LOGADDEXP) X(xlogy, XLOGY)
+  X(atan2, ATAN2)               \
+  X(hypot, HYPOT) X(copysign, COPYSIGN) X(logaddexp, LOGADDEXP) X(xlogy, XLOGY) X(logaddexp2, LOGADDEXP2)
+// The special functions of two arguments (x, n for the polynomials), each registered as "<name>.out".
+// clang-format off
+#define TPU_SPECIAL_BINARY_OPS(X)                                                                         \
+  X(special_zeta, ZETA) X(special_chebyshev_polynomial_t, CHEBYSHEV_T)                                    \
+  X(special_chebyshev_polynomial_u, CHEBYSHEV_U) X(special_chebyshev_polynomial_v, CHEBYSHEV_V)           \
+  X(special_chebyshev_polynomial_w, CHEBYSHEV_W) X(special_shifted_chebyshev_polynomial_t, SCHEBYSHEV_T)  \
+  X(special_shifted_chebyshev_polynomial_u, SCHEBYSHEV_U)                                                 \
+  X(special_shifted_chebyshev_polynomial_v, SCHEBYSHEV_V)                                                 \
+  X(special_shifted_chebyshev_polynomial_w, SCHEBYSHEV_W) X(special_hermite_polynomial_h, HERMITE_H)      \
+  X(special_hermite_polynomial_he, HERMITE_HE) X(special_laguerre_polynomial_l, LAGUERRE_L)               \
+  X(special_legendre_polynomial_p, LEGENDRE_P)
+// clang-format on
 #define BINARY_FLOAT(fn, OP)                                                               \
   static at::Tensor& fn##_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) { \
     return ew_out(TPU_OP_##OP, out, {a, b}, float_of(common_type({a, b})));                \
   }
 TPU_BINARY_FLOAT_OPS(BINARY_FLOAT)
+TPU_SPECIAL_BINARY_OPS(BINARY_FLOAT)
 #undef BINARY_FLOAT
 
 static at::Tensor& hardshrink_out(const at::Tensor& self, const c10::Scalar& l, at::Tensor& out) {
@@ -841,6 +862,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("hypot.out", TORCH_FN(hypot_out));
   m.impl("copysign.out", TORCH_FN(copysign_out));
   m.impl("logaddexp.out", TORCH_FN(logaddexp_out));
+  m.impl("logaddexp2.out", TORCH_FN(logaddexp2_out));
+#define ROW(fn, OP) m.impl(#fn ".out", TORCH_FN(fn##_out));
+  TPU_SPECIAL_BINARY_OPS(ROW)
+#undef ROW
   m.impl("xlogy.OutTensor", TORCH_FN(xlogy_out));
   m.impl("hardshrink.out", TORCH_FN(hardshrink_out));
   m.impl("softshrink.out", TORCH_FN(softshrink_out));

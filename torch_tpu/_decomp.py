@@ -54,7 +54,12 @@ csrc/ and out of this table.
   used); ``_weight_norm_interface`` (+ backward; ``nn.utils.weight_norm`` and
   the parametrization); ``adaptive_max_pool2d`` (+ backward; each window
   gathered, short ones padded with their last row / column; 1-d pooling goes
-  through it); ``nonzero_static``; ``exponential_`` (``gumbel_softmax``) and
+  through it); ``nonzero_static``; ``addbmm`` (an addmm per batch, as the CPU's);
+  ``segment_reduce`` (+ backward: lengths or offsets, any axis, initial; a
+  scatter_reduce into the segments, the CPU's gradient rules element by element);
+  ``exponential_`` (``gumbel_softmax``), ``normal`` with a
+  tensor mean and / or std (the native normal fill scaled and shifted, as the
+  CPU's normal_out_impl) and
   ``rrelu_with_noise`` (training: the slopes drawn by the tpu generator).
 - ``_embedding_bag`` (sum / mean / max, offsets or 2-d input, per-sample
   weights, padding_idx, include_last_offset; differentiated through at the
@@ -443,6 +448,168 @@ def _exponential_(self, lambd=1.0, *, generator=None):
     if not lambd > 0:
         raise RuntimeError(f"exponential_ expects lambda > 0.0, but found lambda={lambd:g}")
     return self.copy_(_exponential(self.shape, self.device, generator, self.dtype) / lambd)
+
+
+def _normal_check_std(std):
+    """The CPU's std checks (CHECK_NORMAL_TENSOR_STD / CHECK_NORMAL_STD): a tensor's costs one host read."""
+    if isinstance(std, torch.Tensor):
+        if std.is_complex():
+            raise RuntimeError("normal expects standard deviation to be non-complex")
+        if std.numel() and not bool((std >= 0).all()):
+            raise RuntimeError("normal expects all elements of std >= 0.0")
+    elif not std >= 0.0:
+        raise RuntimeError(f"normal expects std >= 0.0, but found std {std:g}")
+
+
+def _normal(mean, std=1.0, *, generator=None):
+    """normal with a tensor mean and / or std, as the CPU's normal_out_impl: standard normal draws of the
+    native Philox fill (the tpu generator) in the dtype of the tensor argument (mean's if both), scaled by std
+    and shifted by mean in place."""
+    _normal_check_std(std)
+    like = mean if isinstance(mean, torch.Tensor) else std
+    shape = torch.broadcast_shapes(mean.shape, std.shape) if isinstance(std, torch.Tensor) and \
+        isinstance(mean, torch.Tensor) else like.shape
+    out = torch.empty(shape, dtype=like.dtype, device=like.device)
+    if not isinstance(std, torch.Tensor):
+        return out.normal_(0.0, std, generator=generator).add_(mean)
+    return out.normal_(0.0, 1.0, generator=generator).mul_(std).add_(mean)
+
+
+def _addbmm(self, batch1, batch2, *, beta=1, alpha=1):
+    """beta self + alpha sum_b batch1[b] @ batch2[b], as the CPU's addbmm: one native addmm per batch into
+    the result (so the half types round after each batch, as there), with its checks and words; beta == 0
+    ignores self (NaN included)."""
+    out = self.expand(batch1.size(1), batch2.size(2))  # checked first, as the CPU's expand_size
+    if batch1.dim() != 3:
+        raise RuntimeError("batch1 must be a 3D tensor")
+    if batch2.dim() != 3:
+        raise RuntimeError("batch2 must be a 3D tensor")
+    b, n, k = batch1.shape
+    if batch2.size(0) != b:
+        raise RuntimeError(f"batch1 and batch2 must have same number of batches, got {b} and {batch2.size(0)}")
+    if batch2.size(1) != k:
+        raise RuntimeError(f"Incompatible matrix sizes for bmm ({n}x{k} and {batch2.size(1)}x{batch2.size(2)})")
+    out = out.clone(memory_format=torch.contiguous_format)
+    if b == 0:
+        return out.zero_() if beta == 0 else out.mul_(beta)
+    for i in range(b):
+        out = torch.addmm(out, batch1[i], batch2[i], beta=beta if i == 0 else 1, alpha=alpha)
+    return out
+
+
+def _addbmm_(self, batch1, batch2, *, beta=1, alpha=1):
+    return self.copy_(_addbmm(self, batch1, batch2, beta=beta, alpha=alpha))
+
+
+_SEG_REDUCE = {"max": "amax", "amax": "amax", "min": "amin", "amin": "amin", "sum": "sum", "mean": "mean",
+               "prod": "prod"}
+
+
+def _segment_lengths(data, lengths, offsets, axis, who):
+    """The segment lengths (lengths, or the differences of offsets) and axis, with the CPU's checks."""
+    axis = axis + data.dim() if axis < 0 else axis
+    if not 0 <= axis < max(data.dim(), 1):
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-data.dim()}, {data.dim() - 1}], "
+                         f"but got {axis})")
+    if lengths is None and offsets is None:
+        raise RuntimeError(f"{who}(): Either lengths or offsets must be defined.")
+    if offsets is not None:
+        if axis != offsets.dim() - 1:
+            raise RuntimeError(f"{who}(): Expected axis to be the last dimension of offsets but got {axis}.")
+        return offsets.narrow(-1, 1, offsets.size(-1) - 1) - offsets.narrow(-1, 0, offsets.size(-1) - 1), axis
+    if axis != lengths.dim() - 1:
+        raise RuntimeError(f"{who}(): Expected axis to be the last dimension of lengths but got {axis}.")
+    return lengths, axis
+
+
+def _segment_ids(data, lengths, axis):
+    """For every position along axis (per leading index), the segment it belongs to (S past the last
+    one), broadcast over data's trailing dims: the index of a scatter / gather along axis."""
+    ends = torch.cumsum(lengths, -1)
+    pos = torch.arange(data.size(axis), device=data.device).expand(*lengths.shape[:-1], data.size(axis))
+    seg = torch.searchsorted(ends.contiguous(), pos.contiguous(), right=True)
+    return seg.reshape(*seg.shape, *([1] * (data.dim() - axis - 1))).expand(data.shape)
+
+
+def _segment_init(reduce, initial, dtype):
+    if initial is not None:
+        return initial
+    return {"amax": float("-inf"), "amin": float("inf"), "sum": 0, "mean": 0, "prod": 1}[reduce]
+
+
+def _segment_reduce(data, reduce, *, lengths=None, indices=None, offsets=None, axis=0, unsafe=False, initial=None):
+    """The CPU's segment_reduce from native ops: each segment's reduction, starting from `initial` (or the
+    reduction's identity), one scatter_reduce along axis into the segments plus one slot past them; mean is
+    (initial + sum) / length, NaN for an empty segment without initial. Two host reads for the checks of
+    lengths the CPU makes when not unsafe."""
+    if reduce not in _SEG_REDUCE:
+        raise RuntimeError(f"reduce argument must be either sum, prod, mean, amax or amin, got {reduce}")
+    if indices is not None:
+        raise RuntimeError("segment_reduce(): indices based reduction is not supported yet.")
+    lengths, axis = _segment_lengths(data, lengths, offsets, axis, "segment_reduce")
+    if offsets is None and not unsafe:
+        if lengths.numel() and lengths.min().item() < 0:
+            raise RuntimeError("lengths contains negative value!")
+        if not bool((lengths.sum(-1) == data.size(axis)).all()):
+            raise RuntimeError("segment_reduce(): Expected all rows of lengths along axis to sum to "
+                               "data.size(lengths.dim()-1) when !unsafe.")
+    red = _SEG_REDUCE[reduce]
+    shape = list(data.shape)
+    shape[axis] = lengths.size(-1) + 1
+    out = torch.full(shape, _segment_init(red, initial, data.dtype), dtype=data.dtype, device=data.device)
+    seg = _segment_ids(data, lengths, axis)
+    out.scatter_reduce_(axis, seg, data, "sum" if red == "mean" else red, include_self=True)
+    out = out.narrow(axis, 0, lengths.size(-1))
+    if red == "mean":
+        n = lengths.reshape(*lengths.shape, *([1] * (data.dim() - axis - 1))).expand(out.shape)
+        empty = torch.full_like(out, float("nan")) if initial is None else out
+        out = torch.where(n > 0, out / n.to(out.dtype), empty)
+    return out.contiguous()
+
+
+def _segment_reduce_backward(grad, output, data, reduce, *, lengths=None, offsets=None, axis=0, initial=None):
+    """The CPU's gradient, element by element: sum the output's gradient, mean that over the length; max /
+    min the gradient at every element equal to the result (or NaN), positive ones divided by their count
+    when there are several; prod grad * output / x, or for x 0 or NaN the product of the others (with
+    initial) times grad. Elements past the last segment get 0."""
+    red = _SEG_REDUCE[reduce]
+    lengths, axis = _segment_lengths(data, lengths, offsets, axis, "segment_reduce")
+    seg = _segment_ids(data, lengths, axis)
+    pad = [0, 0] * (data.dim() - axis - 1) + [0, 1]
+
+    def at(t):  # t (per segment) read at every element's segment, 0 past the last one
+        return torch.gather(torch.nn.functional.pad(t, pad), axis, seg)
+
+    g, o = at(grad.to(data.dtype)), at(output)
+    inside = seg < lengths.size(-1)
+    zero = torch.zeros_like(data)
+    if red == "sum":
+        return torch.where(inside, g, zero)
+    n = lengths.reshape(*lengths.shape, *([1] * (data.dim() - axis - 1))).expand(output.shape)
+    if red == "mean":
+        return torch.where(inside, g / at(n.to(data.dtype)), zero)
+    if red in ("amax", "amin"):
+        hit = inside & (torch.isnan(data) | (data == o))
+        shape = list(data.shape)
+        shape[axis] = lengths.size(-1) + 1
+        cnt = torch.zeros(shape, dtype=data.dtype, device=data.device).scatter_add_(axis, seg, hit.to(data.dtype))
+        cnt = torch.gather(cnt, axis, seg)
+        gi = torch.where(hit, g, zero)
+        return torch.where((cnt >= 2) & (gi > 0), gi / cnt, gi)
+    # prod: the product of the others for an x that is 0 or NaN (counted apart so that it divides nothing)
+    odd = inside & ((data == 0) | torch.isnan(data))
+    shape = list(data.shape)
+    shape[axis] = lengths.size(-1) + 1
+    ones = torch.ones(shape, dtype=data.dtype, device=data.device)
+    rest = ones.scatter_reduce(axis, seg, torch.where(odd, torch.ones_like(data), data), "prod")
+    zeros = torch.zeros(shape, dtype=data.dtype, device=data.device).scatter_add(axis, seg, (data == 0).to(data.dtype))
+    nans = torch.zeros(shape, dtype=data.dtype, device=data.device).scatter_add(axis, seg, torch.isnan(data).to(data.dtype))
+    rest, zeros, nans = (torch.gather(t, axis, seg) for t in (rest, zeros, nans))
+    zeros = zeros - (data == 0).to(data.dtype)
+    nans = nans - torch.isnan(data).to(data.dtype)
+    init = 1.0 if initial is None else float(initial)
+    excl = torch.where(nans > 0, float("nan"), torch.where(zeros > 0, rest * 0, rest * init))
+    return torch.where(odd, g * excl, torch.where(inside, g * o / data, zero))
 
 
 def _rrelu_with_noise(x, noise, lower=0.125, upper=1 / 3, training=False, generator=None):
@@ -1894,6 +2061,17 @@ _ROWS = [
     ("multilabel_margin_loss_forward", "default", _multilabel_margin_loss_forward),
     ("multilabel_margin_loss_backward", "default", _multilabel_margin_loss_backward),
     ("exponential_", "default", _exponential_),
+    ("segment_reduce", "default", _segment_reduce),
+    ("_segment_reduce_backward", "default", _segment_reduce_backward),
+    ("addbmm", "default", _addbmm),
+    ("addbmm", "out", _out(_addbmm)),
+    ("addbmm_", "default", _addbmm_),
+    ("normal", "Tensor_Tensor", _normal),
+    ("normal", "Tensor_float", _normal),
+    ("normal", "float_Tensor", _normal),
+    ("normal", "Tensor_Tensor_out", _out(_normal)),
+    ("normal", "Tensor_float_out", _out(_normal)),
+    ("normal", "float_Tensor_out", _out(_normal)),
     ("rrelu_with_noise", "default", _rrelu_with_noise),
     ("rrelu_with_noise_", "default", _rrelu_with_noise_),
     ("rrelu_with_noise_backward", "default", None),

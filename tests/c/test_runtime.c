@@ -417,11 +417,12 @@ static void test_gemm_vs_ref(void) {
 }
 
 static void test_random_vs_ref(void) {
-    tpu_op ops[] = {TPU_OP_RAND_UNIFORM, TPU_OP_RAND_NORMAL, TPU_OP_RAND_BERNOULLI, TPU_OP_RAND_INT};
+    tpu_op ops[] = {TPU_OP_RAND_UNIFORM, TPU_OP_RAND_NORMAL,     TPU_OP_RAND_BERNOULLI, TPU_OP_RAND_INT,
+                    TPU_OP_RAND_CAUCHY,  TPU_OP_RAND_LOG_NORMAL, TPU_OP_RAND_GEOMETRIC};
     tpu_dtype dts[] = {TPU_F32, TPU_F64, TPU_BF16, TPU_I64};
     int64_t n = 100003;
-    for (int k = 0; k < 4; k++) {
-        tpu_dtype dt = ops[k] == TPU_OP_RAND_INT ? TPU_I64 : dts[k % 3];
+    for (int k = 0; k < (int)(sizeof ops / sizeof ops[0]); k++) {
+        tpu_dtype dt = ops[k] == TPU_OP_RAND_INT ? TPU_I64 : ops[k] == TPU_OP_RAND_GEOMETRIC ? TPU_I32 : dts[k % 3];
         size_t es = tpu_dtype_size(dt);
         char *o1 = malloc(n * es), *o2 = malloc(n * es);
         tpu_kargs a;
@@ -433,18 +434,19 @@ static void test_random_vs_ref(void) {
         a.p.i[1] = 7;
         a.p.i[2] = -3;
         a.p.i[3] = 11;
-        a.p.f[0] = ops[k] == TPU_OP_RAND_BERNOULLI ? 0.3 : 0.0;
+        a.p.f[0] = ops[k] == TPU_OP_RAND_BERNOULLI || ops[k] == TPU_OP_RAND_GEOMETRIC ? 0.3 : 0.0;
         a.p.f[1] = 1.0;
         tpu_kargs b = a;
         b.t[0].base = o2;
         CHECK_OK(tpu_k_random(&a));
         CHECK_OK(tpu_ref_random(&b));
         CHECK(memcmp(o1, o2, n * es) == 0);
-        double sum = 0, sq = 0;
+        double sum = 0, sq = 0, neg = 0;
         for (int64_t i = 0; i < n; i++) {
             double v = tpu_load_f64(o1 + i * es, dt);
             sum += v;
             sq += v * v;
+            neg += v < 0;
         }
         double mean = sum / n, var = sq / n - mean * mean;
         if (ops[k] == TPU_OP_RAND_UNIFORM)
@@ -453,6 +455,12 @@ static void test_random_vs_ref(void) {
             CHECK_MSG(fabs(mean) < 0.02 && fabs(var - 1.0) < 0.03, "mean %f var %f", mean, var);
         if (ops[k] == TPU_OP_RAND_BERNOULLI) CHECK_MSG(fabs(mean - 0.3) < 0.01, "mean %f", mean);
         if (ops[k] == TPU_OP_RAND_INT) CHECK_MSG(fabs(mean - 3.5) < 0.1, "mean %f", mean);
+        if (ops[k] == TPU_OP_RAND_CAUCHY) CHECK_MSG(fabs(neg / n - 0.5) < 0.01, "P(X < median) %f", neg / n);
+        if (ops[k] == TPU_OP_RAND_LOG_NORMAL) /* e^N(0, 1): mean e^(1/2), variance (e - 1) e */
+            CHECK_MSG(neg == 0 && fabs(mean - 1.6487212707) < 0.04 && fabs(var - 4.6707742705) < 0.6, "mean %f var %f",
+                      mean, var);
+        if (ops[k] == TPU_OP_RAND_GEOMETRIC) /* p = 0.3: mean 1/p, variance (1 - p) / p^2 */
+            CHECK_MSG(fabs(mean - 1 / 0.3) < 0.05 && fabs(var - 0.7 / 0.09) < 0.3, "mean %f var %f", mean, var);
         /* a different offset gives different numbers */
         b.p.i[1] = 8;
         CHECK_OK(tpu_ref_random(&b));

@@ -489,3 +489,75 @@ def test_conv1d_pool_batchnorm():
     cpu, tpu = grads(lambda t, w, b: F.batch_norm(t, None, None, w, b, training=True), x, w, b)
     for a, e in zip(tpu, cpu):
         assert_close(a, e, **tol)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_addbmm_matches_cpu(dtype):
+    """addbmm: an addmm per batch into the result, as the CPU (the half types round after each batch there
+    too); beta == 0 ignores a NaN self; no batches gives beta * self; out= and in-place forms; gradients."""
+    b1, b2 = gen(5, 7, 3, dtype=dtype), gen(5, 3, 11, dtype=dtype, seed=1)
+    tol = {} if dtype != torch.bfloat16 else {"atol": 2e-2, "rtol": 1.6e-2}
+    for self_ in (gen(7, 11, dtype=dtype, seed=2), gen(11, dtype=dtype, seed=3), gen(1, 1, dtype=dtype, seed=4)):
+        check(torch.addbmm, self_, b1, b2, **tol)
+        check(torch.addbmm, self_, b1, b2, beta=0.5, alpha=-2.0, **tol)
+    nan = torch.full((7, 11), float("nan"), dtype=dtype)
+    check(torch.addbmm, nan, b1, b2, beta=0, **tol)
+    check(torch.addbmm, gen(7, 11, dtype=dtype), b1[:0], b2[:0], beta=3)
+    check(torch.addbmm, gen(7, 11, dtype=dtype), b1.transpose(1, 2).contiguous().transpose(1, 2), b2, **tol)
+    out = torch.empty(0, dtype=dtype, device="tpu")
+    torch.addbmm(gen(7, 11, dtype=dtype).to("tpu"), b1.to("tpu"), b2.to("tpu"), out=out)
+    assert_close(out, torch.addbmm(gen(7, 11, dtype=dtype), b1, b2), **tol)
+    s = gen(7, 11, dtype=dtype).to("tpu")
+    s.addbmm_(b1.to("tpu"), b2.to("tpu"))
+    assert_close(s, gen(7, 11, dtype=dtype).addbmm_(b1, b2), **tol)
+    if dtype == torch.float64:
+        args = [t.clone().requires_grad_() for t in (gen(7, 11, dtype=dtype), b1, b2)]
+        targs = [t.detach().to("tpu").requires_grad_() for t in args]
+        torch.addbmm(*args, beta=0.5).sum().backward()
+        torch.addbmm(*targs, beta=0.5).sum().backward()
+        for a, t in zip(args, targs):
+            assert_close(t.grad, a.grad)
+    for bad in ((gen(7, 11), gen(7, 3), gen(5, 3, 11)), (gen(7, 11), gen(5, 7, 3), gen(4, 3, 11)),
+                (gen(7, 11), gen(5, 7, 3), gen(5, 4, 11)), (gen(6, 11), gen(5, 7, 3), gen(5, 3, 11))):
+        with pytest.raises(RuntimeError) as cpu:
+            torch.addbmm(*bad)
+        with pytest.raises(RuntimeError) as tpu:
+            torch.addbmm(*to_tpu(bad))
+        assert str(tpu.value) == str(cpu.value)
+
+
+@pytest.mark.parametrize("reduce", ["max", "min", "sum", "mean", "prod", "amax"])
+def test_segment_reduce_matches_cpu(reduce):
+    """segment_reduce (+ backward), lengths or offsets, along the last dim of lengths, with and without
+    initial, empty segments, lengths that do not cover the axis (unsafe), NaN and ties; the CPU's gradient
+    rules (max: positive gradients shared between tied maxima)."""
+    cases = [((6,), [2, 0, 3, 1], False), ((5,), [0, 1, 2, 2], True), ((5, 4, 3), [1, 2, 0, 1, 0], True),
+             ((4, 6), [[2, 0, 3, 1], [0, 1, 2, 3], [6, 0, 0, 0], [1, 1, 1, 3]], False),
+             ((3, 5, 2), [[2, 0, 3], [0, 1, 4], [5, 0, 0]], False)]
+    for shape, lengths, unsafe in cases:
+        data = gen(*shape, dtype=torch.float64)
+        data.view(-1)[::7] = data.view(-1)[1::7]  # ties
+        if reduce in ("max", "min"):
+            data.view(-1)[3] = float("nan")
+        lengths = torch.tensor(lengths)
+        axis = lengths.dim() - 1
+        offsets = torch.cat([lengths.new_zeros(*lengths.shape[:-1], 1), lengths], -1).cumsum(-1)
+        for kw in ({"lengths": lengths}, {"offsets": offsets}):
+            for initial in (None, 2.0):
+                a = data.clone().requires_grad_()
+                t = data.to("tpu").requires_grad_()
+                want = torch.segment_reduce(a, reduce, axis=axis, unsafe=unsafe, initial=initial, **kw)
+                got = torch.segment_reduce(t, reduce, axis=axis, unsafe=unsafe, initial=initial,
+                                           **{k: v.to("tpu") for k, v in kw.items()})
+                assert_close(got, want)
+                g = gen(*want.shape, dtype=torch.float64, seed=5)
+                want.backward(g)
+                got.backward(g.to("tpu"))
+                assert_close(t.grad, a.grad)
+    bad = [dict(lengths=torch.tensor([2, -1, 5])), dict(lengths=torch.tensor([2, 1, 5])), dict()]
+    for kw in bad:
+        with pytest.raises(RuntimeError) as cpu:
+            torch.segment_reduce(torch.arange(6.0), reduce, **kw)
+        with pytest.raises(RuntimeError) as tpu:
+            torch.segment_reduce(torch.arange(6.0, device="tpu"), reduce, **{k: v.to("tpu") for k, v in kw.items()})
+        assert str(tpu.value) == str(cpu.value)

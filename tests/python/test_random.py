@@ -1,7 +1,8 @@
 """Random ops: range and distribution per dtype, statistically.
 
 Every natively run random op (uniform_ / rand, normal_ / randn, bernoulli_ /
-bernoulli, random_ / randint, dropout) in every dtype it takes: all values in
+bernoulli, random_ / randint, dropout, cauchy_, log_normal_, geometric_,
+normal with tensor mean / std) in every dtype it takes: all values in
 range (the upper bound of [from, to) excluded after rounding to the dtype),
 mean and variance within five standard errors for n draws, and the whole
 distribution by a Kolmogorov-Smirnov distance (continuous ops, taken at the
@@ -367,6 +368,82 @@ def test_rrelu_training_slopes(dtype, native_only):
     torch.testing.assert_close(F.rrelu(xc.to("tpu"), 0.1, 0.3, training=False).cpu(), F.rrelu(xc, 0.1, 0.3))
 
 
+# ---------------------------------------------------------------- cauchy_ / log_normal_ / geometric_ / normal(Tensor)
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_cauchy_and_log_normal_distributions(dtype, native_only):
+    m, s = 1.5, 0.5
+    x = torch.empty(N, dtype=dtype, device="tpu").cauchy_(m, s, generator=gen(41))
+    assert x.dtype == dtype and not x.isnan().any()
+    assert ks_distance(x, lambda t: 0.5 + torch.atan((t - m) / s) / math.pi) <= KS_C / math.sqrt(N)
+    assert torch.equal(x.cpu(), torch.empty(N, dtype=dtype, device="tpu").cauchy_(m, s, generator=gen(41)).cpu())
+    mu, sigma = -0.5, 0.75
+    y = torch.empty(N, dtype=dtype, device="tpu").log_normal_(mu, sigma, generator=gen(42))
+    assert y.dtype == dtype and (y.cpu() > 0).all() and torch.isfinite(y.cpu()).all()
+    lcdf = normal_cdf(mu, sigma)
+    assert ks_distance(y, lambda t: torch.where(t > 0, lcdf(torch.log(t.clamp(min=1e-300))), 0.0)) <= KS_C / math.sqrt(N)
+    check_moments(torch.log(y.cpu().double()), mu, sigma ** 2, 3 * sigma ** 4, f"log(log_normal_) {dtype}")
+    for bad in ((0.0, 0.0), (1.0, -1.0)):
+        for fn in ("cauchy_", "log_normal_"):
+            with pytest.raises(RuntimeError) as cpu:
+                getattr(torch.empty(3, dtype=dtype), fn)(*bad)
+            with pytest.raises(RuntimeError) as tpu:
+                getattr(torch.empty(3, dtype=dtype, device="tpu"), fn)(*bad)
+            assert str(tpu.value) == str(cpu.value)
+    for fn in ("cauchy_", "log_normal_"):  # floating dtypes only, in the CPU's words
+        with pytest.raises(RuntimeError) as cpu:
+            getattr(torch.empty(3, dtype=torch.int64), fn)()
+        with pytest.raises(RuntimeError) as tpu:
+            getattr(torch.empty(3, dtype=torch.int64, device="tpu"), fn)()
+        assert str(tpu.value).split('"')[0][:20] == str(cpu.value).split('"')[0][:20]
+
+
+@pytest.mark.parametrize("dtype", FLOATS + INTS)
+def test_geometric_distribution(dtype, native_only):
+    p = 0.3
+    x = torch.empty(N, dtype=dtype, device="tpu").geometric_(p, generator=gen(43)).cpu()
+    assert torch.equal(x, torch.empty(N, dtype=dtype, device="tpu").geometric_(p, generator=gen(43)).cpu())
+    assert x.dtype == dtype and (x >= 1).all()
+    k = torch.arange(1, 16, dtype=torch.float64)
+    probs = torch.cat([(1 - p) ** (k - 1) * p, torch.tensor([(1 - p) ** 15])])
+    counts = torch.stack([(x.double() == v).sum() for v in k.tolist()] + [(x.double() > 15).sum()])
+    check_chi2(counts, probs, f"geometric_({p}) {dtype}")
+    for bad in (0.0, 1.0, 1.5, -0.1):
+        with pytest.raises(RuntimeError) as cpu:
+            torch.empty(3, dtype=dtype).geometric_(bad)
+        with pytest.raises(RuntimeError) as tpu:
+            torch.empty(3, dtype=dtype, device="tpu").geometric_(bad)
+        assert str(tpu.value) == str(cpu.value)
+
+
+def test_normal_with_tensor_mean_and_std(native_only):
+    mean = torch.tensor([-4.0, 0.0, 10.0], device="tpu")[:, None]
+    std = torch.tensor([0.5, 2.0], device="tpu")
+    x = torch.normal(mean.expand(3, 2)[:, :, None].expand(3, 2, N // 8), std[None, :, None].expand(3, 2, N // 8),
+                     generator=gen(44))
+    assert x.shape == (3, 2, N // 8) and x.dtype == torch.float32
+    for i, mu in enumerate((-4.0, 0.0, 10.0)):
+        for j, sd in enumerate((0.5, 2.0)):
+            check_moments(x[i, j], mu, sd ** 2, 3 * sd ** 4, f"normal(Tensor, Tensor) {mu} {sd}")
+    y = torch.normal(mean.double(), 3.0, generator=gen(45))            # Tensor_float: mean's shape and dtype
+    assert y.shape == (3, 1) and y.dtype == torch.float64
+    z = torch.normal(2.0, std.expand(N, 2), generator=gen(46))         # float_Tensor: std's shape and dtype
+    check_moments(z[:, 1], 2.0, 4.0, 48.0, "normal(float, Tensor)")
+    assert torch.normal(torch.zeros(2, 1, device="tpu"), torch.ones(3, device="tpu")).shape == (2, 3)
+    out = torch.empty(0, device="tpu")
+    torch.normal(mean, std, out=out, generator=gen(47))
+    assert out.shape == (3, 2)
+    a = torch.normal(mean, std, generator=gen(48)).cpu()
+    assert torch.equal(a, torch.normal(mean, std, generator=gen(48)).cpu())
+    for args in ((torch.zeros(3), torch.tensor([1.0, -1.0, 2.0])), (torch.zeros(3), -1.0),
+                 (0.0, torch.tensor([1.0, -1.0]))):
+        with pytest.raises(RuntimeError) as cpu:
+            torch.normal(*args)
+        with pytest.raises(RuntimeError) as tpu:
+            torch.normal(*(t.to("tpu") if isinstance(t, torch.Tensor) else t for t in args))
+        assert str(tpu.value) == str(cpu.value)
+
+
 # ---------------------------------------------------------------- Philox counter semantics
 
 def test_counter_based_prefix_and_layout():
@@ -375,7 +452,8 @@ def test_counter_based_prefix_and_layout():
     kernel paths agree)."""
     for dtype in FLOATS:
         for fill in (lambda t, g: t.uniform_(generator=g), lambda t, g: t.normal_(generator=g),
-                     lambda t, g: t.bernoulli_(0.4, generator=g)):
+                     lambda t, g: t.bernoulli_(0.4, generator=g), lambda t, g: t.cauchy_(generator=g),
+                     lambda t, g: t.log_normal_(generator=g), lambda t, g: t.geometric_(0.2, generator=g)):
             short = fill(torch.empty(1000, dtype=dtype, device="tpu"), gen(7)).cpu()
             long_ = fill(torch.empty(50000, dtype=dtype, device="tpu"), gen(7)).cpu()
             assert torch.equal(short, long_[:1000])
@@ -401,7 +479,6 @@ FALLBACK_RANDOM = {
     "randperm": lambda g: torch.randperm(50, device="tpu", generator=g),
     "multinomial": lambda g: torch.multinomial(torch.ones(6, device="tpu"), 3, generator=g),
     "poisson": lambda g: torch.poisson(torch.full((64,), 3.0, device="tpu"), generator=g),
-    "cauchy_": lambda g: torch.empty(64, device="tpu").cauchy_(generator=g),
 }
 
 

@@ -20,7 +20,11 @@
  *   division), REM (Python's modulus); ERF_GELU (erf where GELU uses it:
  *   the fast kernel may use the approximation PyTorch's vectorized GELU
  *   uses); LGAMMA DIGAMMA POLYGAMMA(n, x) ERFINV BESSEL_I(nu, scaled, x)
- *   (base/specfun-impl.h), SIGNBIT; SEL(c, a, b) (c ? a : b on values, both computed), MAXN / MINN
+ *   ZETA(x, q) ERFCX NDTRI LOG_NDTR IGAMMA(a, x) IGAMMAC(a, x)
+ *   (base/specfun-impl.h), BESSEL_J0 BESSEL_J1 BESSEL_Y0 BESSEL_Y1
+ *   BESSEL_K(nu, scaled, x) AIRY_AI SPHERICAL_J0 (base/specfun-bessel-impl.h),
+ *   POLY(name, x, n) (base/specfun-poly-impl.h: chebyshev_t, hermite_h, ...,
+ *   computed in T), SIGNBIT; SEL(c, a, b) (c ? a : b on values, both computed), MAXN / MINN
  *   (NaN-propagating); K(v) (a constant of type T).
  * Integer domain (T int64_t, wrapping like the narrow C++ types): WADD WSUB
  *   WMUL WNEG; IDIV_TRUNC IDIV_FLOOR IFMOD IREM (a zero divisor sets
@@ -32,6 +36,8 @@
 #include <stdint.h>
 #include <stdbool.h>
 #include "base/specfun-impl.h"
+#include "base/specfun-bessel-impl.h"
+#include "base/specfun-poly-impl.h"
 
 #define TPU_SQRT1_2   0.70710678118654752440 /* 1/sqrt(2) */
 #define TPU_SQRT2_PI  0.79788456080286535588 /* sqrt(2/pi) */
@@ -174,6 +180,20 @@ static inline int64_t tpu_imod(int64_t a, int64_t b, bool python, int *err) {
 #define POLYGAMMA(n, v)    ((T)tpu_polygamma((double)(n), (double)(v)))
 #define ERFINV(v)          ((T)tpu_erfinv((double)(v)))
 #define BESSEL_I(nu, s, v) ((T)tpu_bessel_i(nu, (double)(v), s))
+#define ZETA(a, b)         ((T)tpu_zeta_pt((double)(a), (double)(b)))
+#define ERFCX(v)           ((T)tpu_erfcx((double)(v)))
+#define NDTRI(v)           ((T)tpu_ndtri((double)(v)))
+#define LOG_NDTR(v)        ((T)tpu_log_ndtr((double)(v)))
+#define IGAMMA(a, b)       ((T)tpu_igamma((double)(a), (double)(b)))
+#define IGAMMAC(a, b)      ((T)tpu_igammac((double)(a), (double)(b)))
+#define BESSEL_J0(v)       ((T)tpu_bessel_j0((double)(v)))
+#define BESSEL_J1(v)       ((T)tpu_bessel_j1((double)(v)))
+#define BESSEL_Y0(v)       ((T)tpu_bessel_y0((double)(v)))
+#define BESSEL_Y1(v)       ((T)tpu_bessel_y1((double)(v)))
+#define BESSEL_K(nu, s, v) ((T)tpu_bessel_k(nu, (double)(v), s))
+#define AIRY_AI(v)         ((T)tpu_airy_ai((double)(v)))
+#define SPHERICAL_J0(v)    ((T)tpu_spherical_j0((double)(v)))
+#define POLY(name, v, n)   _Generic((v), float: tpu_##name##f, default: tpu_##name)((v), tpu_poly_n((double)(n)))
 #define SIGNBIT(v)         ((T)(signbit(v) != 0))
 #define FABS(v)            TPU_M1_(fabs, v)
 #define FLOOR(v)           TPU_M1_(floor, v)

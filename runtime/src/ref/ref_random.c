@@ -3,9 +3,13 @@
  *
  * Element i (row-major position in the output) takes `w` consecutive 32-bit
  * words of the Philox stream (seed, offset): block i*w/4, words from lane
- * (i*w)%4. w = 1 for 32-bit draws (float uniform, bernoulli), 2 for 64-bit
- * ones (double uniform, integer ranges, float normal: two uniforms), 4 for a
- * double normal. So element i depends on (seed, offset, i) only, whatever
+ * (i*w)%4. w = 1 for 32-bit draws (float uniform and cauchy, bernoulli), 2
+ * for 64-bit ones (double uniform and cauchy, integer ranges, geometric in
+ * any dtype, float normal and log-normal: two uniforms), 4 for a double
+ * normal or log-normal. The distributions are PyTorch's transformations of
+ * uniforms (ATen/core/TransformationHelper.h): normal by Box-Muller,
+ * log-normal its exp, cauchy median + sigma tan(pi (u - 1/2)), geometric
+ * ceil(log u / log1p(-p)) (u = 0 read as 2^-54). So element i depends on (seed, offset, i) only, whatever
  * the tiling, thread count or mode. The per-element function is shared by
  * the fast kernel (parallel, block cache, contiguous store) and the
  * reference (serial, one block per element, generic store).
@@ -22,9 +26,12 @@
 static int words_per_elem(const tpu_kargs *a) {
     bool f64 = a->t[0].dtype == TPU_F64;
     switch (a->op) {
-    case TPU_OP_RAND_NORMAL: return f64 ? 4 : 2;
-    case TPU_OP_RAND_INT: return 2;
-    case TPU_OP_RAND_UNIFORM: return f64 ? 2 : 1;
+    case TPU_OP_RAND_NORMAL:
+    case TPU_OP_RAND_LOG_NORMAL: return f64 ? 4 : 2;
+    case TPU_OP_RAND_INT:
+    case TPU_OP_RAND_GEOMETRIC: return 2;
+    case TPU_OP_RAND_UNIFORM:
+    case TPU_OP_RAND_CAUCHY: return f64 ? 2 : 1;
     default: return 1;
     }
 }
@@ -99,10 +106,23 @@ void tpu_random_element(const tpu_kargs *a, int64_t i, tpu_rand_cache *cache, do
         *fv = uniform_in((tpu_dtype)a->t[0].dtype, q.from, q.to, unit_from(w, f64));
         break;
     }
-    case TPU_OP_RAND_NORMAL: {
+    case TPU_OP_RAND_NORMAL:
+    case TPU_OP_RAND_LOG_NORMAL: { /* Box-Muller; log-normal is e^normal (the same packing) */
         tpu_args_RAND_NORMAL q = tpu_unpack_RAND_NORMAL(&a->p);
         double u1 = 1.0 - unit_from(w, f64), u2 = unit_from(w + (f64 ? 2 : 1), f64);
         *fv = q.mean + q.std * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+        if (a->op == TPU_OP_RAND_LOG_NORMAL) *fv = exp(*fv);
+        break;
+    }
+    case TPU_OP_RAND_CAUCHY: { /* median + sigma tan(pi (u - 1/2)), as PyTorch's transformation */
+        tpu_args_RAND_CAUCHY q = tpu_unpack_RAND_CAUCHY(&a->p);
+        *fv = q.median + q.sigma * tan(3.14159265358979323846 * (unit_from(w, f64) - 0.5));
+        break;
+    }
+    case TPU_OP_RAND_GEOMETRIC: { /* trials to the first success: ceil(log u / log(1 - p)), u in (0, 1) */
+        tpu_args_RAND_GEOMETRIC q = tpu_unpack_RAND_GEOMETRIC(&a->p);
+        double u = unit_from(w, true);
+        *fv = ceil(log(u > 0 ? u : 0x1p-54) / log1p(-q.p));
         break;
     }
     case TPU_OP_RAND_BERNOULLI: *fv = tpu_u32_to_unit_float(w[0]) < p_override; break;
@@ -260,6 +280,17 @@ tpu_status tpu_random_check(tpu_kargs *a) {
     if (a->op == TPU_OP_RAND_BERNOULLI && (a->n < 2 || a->t[1].is_scalar)) {
         double p = a->n < 2 ? tpu_unpack_RAND_BERNOULLI(&a->p).p : a->t[1].f;
         if (!(p >= 0 && p <= 1)) return tpu_kernel_fail(a, "bernoulli_ expects p to be in [0, 1], but got p=%g", p);
+    }
+    if (a->op == TPU_OP_RAND_GEOMETRIC) {
+        double p = tpu_unpack_RAND_GEOMETRIC(&a->p).p;
+        if (!(p > 0 && p < 1)) return tpu_kernel_fail(a, "geometric_ expects p to be in (0, 1), but got p=%g", p);
+    }
+    if (a->op == TPU_OP_RAND_CAUCHY || a->op == TPU_OP_RAND_LOG_NORMAL) { /* sigma / std: the same slot */
+        double sd = tpu_unpack_RAND_CAUCHY(&a->p).sigma;
+        if (!(sd > 0))
+            return tpu_kernel_fail(
+                a, "%s expects %s > 0.0, but found %s=%g", a->op == TPU_OP_RAND_CAUCHY ? "cauchy_" : "log_normal_",
+                a->op == TPU_OP_RAND_CAUCHY ? "sigma" : "std", a->op == TPU_OP_RAND_CAUCHY ? "sigma" : "std", sd);
     }
     if (a->op == TPU_OP_RAND_UNIFORM) {
         tpu_args_RAND_UNIFORM q = tpu_unpack_RAND_UNIFORM(&a->p);
