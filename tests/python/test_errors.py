@@ -9,6 +9,7 @@ import threading
 import pytest
 import torch
 import torch_tpu
+import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -85,18 +86,26 @@ def test_async_kernel_error_surfaces_and_device_recovers(eager_mode):
     assert torch.ones(3, device="tpu").sum().item() == 3
 
 
-# special.bessel_j0: an op with no tpu kernel yet (the example changes as kernels land)
+# grid_sampler_3d (F.grid_sample on a 5-d input): an op with no tpu kernel yet (the example changes as
+# kernels land; it was special.bessel_j0)
+def _grid(dev):
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(1, 1, 3, 3, 3, generator=g)
+    grid = torch.rand(1, 2, 2, 2, 3, generator=g) * 2 - 1
+    return x.to(dev), grid.to(dev)
+
+
 def test_fallback_counted_and_can_be_disabled():
     torch_tpu.reset_fallback_counts()
-    x = torch.tensor([3.0, 1.0, 2.0], device="tpu")
-    s = torch.special.bessel_j0(x)
+    x, grid = _grid("tpu")
+    s = F.grid_sample(x, grid, align_corners=False)
     counts = torch_tpu.fallback_counts()
-    assert sum(counts.values()) >= 1 and any("bessel_j0" in k for k in counts), counts
-    assert s.device.type == "tpu" and torch.allclose(s.cpu(), torch.special.bessel_j0(x.cpu()))
+    assert sum(counts.values()) >= 1 and any("grid_sampler_3d" in k for k in counts), counts
+    assert s.device.type == "tpu" and torch.allclose(s.cpu(), F.grid_sample(*_grid("cpu"), align_corners=False))
     torch_tpu.set_cpu_fallback_enabled(False)
     try:
-        with pytest.raises(NotImplementedError, match="bessel_j0.*tpu"):
-            torch.special.bessel_j0(x)
+        with pytest.raises(NotImplementedError, match="grid_sampler_3d.*tpu"):
+            F.grid_sample(x, grid, align_corners=False)
     finally:
         torch_tpu.set_cpu_fallback_enabled(True)
 
@@ -106,8 +115,8 @@ def test_fallback_warns_once():
         import warnings, torch, torch_tpu
         with warnings.catch_warnings(record=True) as w:
             warnings.simplefilter("always")
-            x = torch.tensor([3.0, 1.0], device="tpu")
-            torch.special.bessel_j0(x); torch.special.bessel_j0(x)
+            x, g = torch.rand(1, 1, 3, 3, 3, device="tpu"), torch.zeros(1, 2, 2, 2, 3, device="tpu")
+            torch.grid_sampler_3d(x, g, 0, 0, False); torch.grid_sampler_3d(x, g, 0, 0, False)
         msgs = [str(m.message) for m in w if "fall back to run on the CPU" in str(m.message)]
         print(len(msgs), sum(torch_tpu.fallback_counts().values()))
     """)
@@ -118,11 +127,12 @@ def test_fallback_env_var():
     r = run_py("""
         import torch
         try:
-            torch.special.bessel_j0(torch.ones(3, device="tpu"))
+            torch.grid_sampler_3d(torch.ones(1, 1, 2, 2, 2, device="tpu"), torch.zeros(1, 1, 1, 1, 3, device="tpu"),
+                                  0, 0, False)
         except NotImplementedError as e:
             print("NIE", e)
     """, env={"TORCH_TPU_CPU_FALLBACK": "0"})
-    assert "NIE" in r.stdout and "bessel_j0" in r.stdout, r.stdout + r.stderr
+    assert "NIE" in r.stdout and "grid_sampler_3d" in r.stdout, r.stdout + r.stderr
 
 
 @pytest.mark.mode_independent

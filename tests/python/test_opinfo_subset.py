@@ -40,6 +40,20 @@ NAMES += [
     "nn.functional.nll_loss", "nn.functional.cross_entropy", "nn.functional.avg_pool3d", "nn.functional.max_pool3d",
     "nn.functional.adaptive_avg_pool3d", "nn.functional.adaptive_max_pool3d",
 ]
+# torch.special's other functions and the ops around them (test_special_fns.py: special values, float64), addbmm,
+# segment_reduce (test_ops.py)
+NAMES += [
+    "special.zeta", "special.entr", "special.ndtri", "special.log_ndtr", "special.erfcx", "special.airy_ai",
+    "special.bessel_j0", "special.bessel_j1", "special.bessel_y0", "special.bessel_y1",
+    "special.modified_bessel_i0", "special.modified_bessel_i1", "special.modified_bessel_k0",
+    "special.modified_bessel_k1", "special.scaled_modified_bessel_k0", "special.scaled_modified_bessel_k1",
+    "special.spherical_bessel_j0", "special.chebyshev_polynomial_t", "special.chebyshev_polynomial_u",
+    "special.chebyshev_polynomial_v", "special.chebyshev_polynomial_w", "special.shifted_chebyshev_polynomial_t",
+    "special.shifted_chebyshev_polynomial_u", "special.shifted_chebyshev_polynomial_v",
+    "special.shifted_chebyshev_polynomial_w", "special.hermite_polynomial_h", "special.hermite_polynomial_he",
+    "special.laguerre_polynomial_l", "special.legendre_polynomial_p", "igamma", "igammac", "sinc", "logaddexp2",
+    "fmax", "fmin", "addbmm", "_segment_reduce",
+]
 VARIANTS = {("nn.functional.interpolate", v) for v in ("nearest", "bilinear", "bicubic", "linear", "trilinear")} | \
     {("nn.functional.pad", v) for v in ("reflect", "constant", "circular", "replicate")}
 
