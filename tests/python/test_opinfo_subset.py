@@ -87,7 +87,7 @@ def test_opinfo_samples_native(info):
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            samples = list(info.sample_inputs("cpu", dtype, requires_grad=grad))[:3]  # (make conformance-ops runs more)
+            samples = list(info.sample_inputs("cpu", dtype, requires_grad=grad))[:2]  # (conformance-ops: 8 + refs)
             assert samples
             for s in samples:
                 exp = info(s.input, *s.args, **s.kwargs)
