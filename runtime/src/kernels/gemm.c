@@ -21,6 +21,8 @@
  * Every unit multiplies the same bf16-rounded values exactly and accumulates
  * in fp32; they differ only in summation order.
  * AMX tiles are detected but not used yet (no AMX host to validate on).
+ * Up to GEMV_M rows of A (decode) skip the blocking: B is streamed once in
+ * its own layout (the small-M section below).
  * float64 uses a plain blocked loop. */
 #include "kernels/kernels-impl.h"
 #include "kernels/tile-impl.h"
@@ -304,8 +306,8 @@ static void pack_a(const gemm_job *j, int64_t m0, int64_t mcp, int64_t k0, int64
 
 /* acc (the task's scratch) becomes alpha*acc + beta*C in place, then is
  * stored; crow: scratch for a row of C. */
-static void epilogue(const gemm_job *j, int64_t m0, int64_t mc, int64_t n0, int64_t nc, float *acc, int64_t ldc,
-                     float *crow) {
+static void epilogue(const gemm_job *j, int64_t batch, int64_t m0, int64_t mc, int64_t n0, int64_t nc, float *acc,
+                     int64_t ldc, float *crow) {
     const tpu_kargs *a = j->a;
     const tpu_tensor *o = &a->t[0];
     const tpu_tensor *c = a->n > 3 ? &a->t[3] : NULL;
@@ -314,14 +316,14 @@ static void epilogue(const gemm_job *j, int64_t m0, int64_t mc, int64_t n0, int6
     if (!c || beta == 0.0f) c = NULL;
     for (int64_t r = 0; r < mc; r++) {
         int64_t i = m0 + r;
-        char *orow = tpu_elem_ptr(o, j->batch * o->strides[0] + i * o->strides[1] + n0 * o->strides[2]);
+        char *orow = tpu_elem_ptr(o, batch * o->strides[0] + i * o->strides[1] + n0 * o->strides[2]);
         float *arow = acc + r * ldc;
         if (alpha != 1.0f)
             for (int64_t x = 0; x < nc; x++) arow[x] *= alpha;
         if (c && c->is_scalar)
             for (int64_t x = 0; x < nc; x++) arow[x] += beta * (float)c->f;
         else if (c) {
-            tpu_tile_load_f32(crow, tpu_elem_ptr(c, j->batch * c->strides[0] + i * c->strides[1] + n0 * c->strides[2]),
+            tpu_tile_load_f32(crow, tpu_elem_ptr(c, batch * c->strides[0] + i * c->strides[1] + n0 * c->strides[2]),
                               c->strides[2], nc, (tpu_dtype)c->dtype);
             for (int64_t x = 0; x < nc; x++) arow[x] += beta * crow[x];
         }
@@ -370,11 +372,245 @@ static void task(void *ctx, int64_t tb, int64_t te) {
                 first = 0;
             }
         }
-        epilogue(j, m0, mc, n0, nc, acc, ldc, tmp + MR * KC);
+        epilogue(j, j->batch, m0, mc, n0, nc, acc, ldc, tmp + MR * KC);
     }
     free(acc);
     free(apack);
     free(tmp);
+}
+
+/* ---------------- small M: B streamed once, in its own layout ----------------
+ * With a few rows of A (decode: one token per sequence) the blocked path is
+ * the wrong shape: it reads B, writes a packed copy and reads that again,
+ * and its register tile is mostly padding rows. Here each task owns a range
+ * of output columns of one batch and reads its part of B exactly once:
+ *   dot   (B.rs == 1: the columns of B are contiguous, x @ W.T of nn.Linear)
+ *         out[m][n] = A[m][:] . W[n][:], four columns of B and two rows of
+ *         A at a time, eight k per step, summed across lanes at the end;
+ *   rows  (otherwise: x @ W of GPT-2's Conv1D, B.cs == 1 at best)
+ *         acc[m][cols] += A[m][k] * B[k][cols] over the task's stretch of
+ *         each row of B, four k per pass over the stretch.
+ * fp32 operands at "highest" precision, bfloat16 and float16: widened
+ * exactly and accumulated in fp32, which is what every matrix unit computes
+ * (only the summation order differs, as between units). Operands that are
+ * not fp32 and contiguous along the streamed dim go through a row buffer. */
+#define GEMV_M    8  /* rows of A up to which the small-M path runs */
+#define GEMV_KMIN 64 /* fewest rows of B per k range when the rows layout splits k */
+
+typedef struct gemv_job {
+    const gemm_job *j; /* shapes, A and B of batch 0, the kernel's args */
+    const tpu_tensor *A, *B;
+    bool dot, avx2;         /* avx2: the AVX2-FMA kernels, else plain C (TPU_MXU=portable) */
+    int64_t ncol, nt;       /* columns per chunk, chunks per batch */
+    int64_t ksplit, krange; /* k ranges per chunk (rows layout), rows of B per range */
+    float *part;            /* ksplit > 1: partial sums [batch][chunk][ksplit][M][ncol] */
+} gemv_job;
+
+/* dot: out[mi][q] for q < nq (<= 4 columns whose rows of B start at w[q]),
+ * rows mi of A (a: m rows of K floats, row stride K). */
+__attribute__((target("avx2,fma"))) static void
+gemv_dot_avx2(const float *a, int64_t m, int64_t K, const float *const w[4], int nq, float *acc, int64_t ldc) {
+    int64_t K8 = K / 8 * 8;
+    for (int64_t mi = 0; mi < m; mi += 2) {
+        const float *a0 = a + mi * K, *a1 = mi + 1 < m ? a0 + K : a0;
+        __m256 s[2][4];
+        for (int q = 0; q < 4; q++) s[0][q] = s[1][q] = _mm256_setzero_ps();
+        for (int64_t k = 0; k < K8; k += 8) {
+            __m256 x0 = _mm256_loadu_ps(a0 + k), x1 = _mm256_loadu_ps(a1 + k);
+#pragma GCC unroll 4
+            for (int q = 0; q < 4; q++) {
+                __m256 v = _mm256_loadu_ps(w[q] + k);
+                s[0][q] = _mm256_fmadd_ps(x0, v, s[0][q]);
+                s[1][q] = _mm256_fmadd_ps(x1, v, s[1][q]);
+            }
+        }
+        for (int r = 0; r < 2 && mi + r < m; r++)
+            for (int q = 0; q < nq; q++) {
+                __m128 h = _mm_add_ps(_mm256_castps256_ps128(s[r][q]), _mm256_extractf128_ps(s[r][q], 1));
+                h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+                h = _mm_add_ss(h, _mm_movehdup_ps(h));
+                float t = _mm_cvtss_f32(h);
+                const float *ar = r ? a1 : a0;
+                for (int64_t k = K8; k < K; k++) t += ar[k] * w[q][k];
+                acc[(mi + r) * ldc + q] = t;
+            }
+    }
+}
+
+static void gemv_dot_c(const float *a, int64_t m, int64_t K, const float *const w[4], int nq, float *acc, int64_t ldc) {
+    for (int64_t mi = 0; mi < m; mi++)
+        for (int q = 0; q < nq; q++) {
+            float s[8] = {0};
+            int64_t K8 = K / 8 * 8;
+            for (int64_t k = 0; k < K8; k += 8)
+                for (int l = 0; l < 8; l++) s[l] += a[mi * K + k + l] * w[q][k + l];
+            float t = ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
+            for (int64_t k = K8; k < K; k++) t += a[mi * K + k] * w[q][k];
+            acc[mi * ldc + q] = t;
+        }
+}
+
+/* rows: acc[mi][0..nc) += sum over r < nk of a[mi][k0 + r] * b[r][0..nc),
+ * nk <= 4 rows of B (b[r]: nc floats). */
+__attribute__((target("avx2,fma"))) static void gemv_rows_avx2(const float *a, int64_t m, int64_t K, int64_t k0,
+                                                               const float *const b[4], int nk, float *acc, int64_t ldc,
+                                                               int64_t nc) {
+    int64_t n8 = nc / 8 * 8;
+    if (nk == 4) {
+        for (int64_t x = 0; x < n8; x += 8) {
+            __m256 b0 = _mm256_loadu_ps(b[0] + x), b1 = _mm256_loadu_ps(b[1] + x);
+            __m256 b2 = _mm256_loadu_ps(b[2] + x), b3 = _mm256_loadu_ps(b[3] + x);
+            for (int64_t mi = 0; mi < m; mi++) {
+                const float *ar = a + mi * K + k0;
+                __m256 c = _mm256_loadu_ps(acc + mi * ldc + x);
+                c = _mm256_fmadd_ps(_mm256_broadcast_ss(ar), b0, c);
+                c = _mm256_fmadd_ps(_mm256_broadcast_ss(ar + 1), b1, c);
+                c = _mm256_fmadd_ps(_mm256_broadcast_ss(ar + 2), b2, c);
+                c = _mm256_fmadd_ps(_mm256_broadcast_ss(ar + 3), b3, c);
+                _mm256_storeu_ps(acc + mi * ldc + x, c);
+            }
+        }
+    } else {
+        for (int r = 0; r < nk; r++)
+            for (int64_t x = 0; x < n8; x += 8) {
+                __m256 bv = _mm256_loadu_ps(b[r] + x);
+                for (int64_t mi = 0; mi < m; mi++) {
+                    __m256 c = _mm256_loadu_ps(acc + mi * ldc + x);
+                    _mm256_storeu_ps(acc + mi * ldc + x,
+                                     _mm256_fmadd_ps(_mm256_broadcast_ss(a + mi * K + k0 + r), bv, c));
+                }
+            }
+    }
+    for (int64_t mi = 0; mi < m; mi++)
+        for (int r = 0; r < nk; r++)
+            for (int64_t x = n8; x < nc; x++) acc[mi * ldc + x] += a[mi * K + k0 + r] * b[r][x];
+}
+
+static void gemv_rows_c(const float *a, int64_t m, int64_t K, int64_t k0, const float *const b[4], int nk, float *acc,
+                        int64_t ldc, int64_t nc) {
+    for (int64_t mi = 0; mi < m; mi++)
+        for (int r = 0; r < nk; r++) {
+            float av = a[mi * K + k0 + r];
+            for (int64_t x = 0; x < nc; x++) acc[mi * ldc + x] += av * b[r][x];
+        }
+}
+
+/* A row of B's stream (len elements from p at stride st) as floats: the data
+ * itself when it already is contiguous fp32, else converted into buf. */
+static const float *gemv_row(const char *p, int64_t st, int64_t len, tpu_dtype dt, float *buf) {
+    if (dt == TPU_F32 && st == 1) return (const float *)p;
+    tpu_tile_load_f32(buf, p, st, len, dt);
+    return buf;
+}
+
+/* Rows of A of `batch` into a (M rows of K floats). */
+static void gemv_load_a(const gemv_job *g, int64_t batch, float *a) {
+    const tpu_tensor *A = g->A;
+    for (int64_t i = 0; i < g->j->M; i++)
+        tpu_tile_load_f32(a + i * g->j->K, tpu_elem_ptr(A, batch * A->strides[0] + i * A->strides[1]), A->strides[2],
+                          g->j->K, (tpu_dtype)A->dtype);
+}
+
+/* Task t: (batch, column chunk, k range); without a k split it stores the
+ * result, else its partial sums go to g->part[t]. */
+static void gemv_task(void *ctx, int64_t tb, int64_t te) {
+    const gemv_job *g = ctx;
+    const gemm_job *j = g->j;
+    const tpu_tensor *B = g->B;
+    int64_t M = j->M, K = j->K, N = j->N, ldc = g->ncol;
+    int64_t blen = g->dot ? K : ldc; /* floats per buffered row of B */
+    float *a = malloc(sizeof(float) * (size_t)(M * K + M * ldc + ldc + 4 * blen + 1));
+    if (!a) return; /* leaves the output unset */
+    float *acc = a + M * K, *crow = acc + M * ldc, *bbuf = crow + ldc;
+    int64_t loaded = -1; /* batch whose rows of A are in a */
+    size_t esz = tpu_dtype_size((tpu_dtype)B->dtype);
+    tpu_dtype bdt = (tpu_dtype)B->dtype;
+    for (int64_t t = tb; t < te; t++) {
+        int64_t ks = t % g->ksplit, c = t / g->ksplit % g->nt, batch = t / g->ksplit / g->nt;
+        int64_t n0 = c * g->ncol, nc = N - n0 < g->ncol ? N - n0 : g->ncol;
+        int64_t k0 = ks * g->krange, k1 = K - k0 < g->krange ? K : k0 + g->krange;
+        if (loaded != batch) gemv_load_a(g, batch, a);
+        loaded = batch;
+        const char *bb = tpu_elem_ptr(B, batch * B->strides[0]);
+        float *out = g->part ? g->part + t * M * ldc : acc;
+        if (g->dot) {
+            for (int64_t n = n0; n < n0 + nc; n += 4) {
+                int nq = N - n < 4 ? (int)(N - n) : 4;
+                const float *w[4];
+                for (int q = 0; q < 4; q++) {
+                    int64_t col = n + (q < nq ? q : 0);
+                    w[q] = gemv_row(bb + (size_t)(col * B->strides[2]) * esz, B->strides[1], K, bdt, bbuf + q * blen);
+                    if (q >= nq) w[q] = w[0];
+                }
+                (g->avx2 ? gemv_dot_avx2 : gemv_dot_c)(a, M, K, w, nq, out + (n - n0), ldc);
+            }
+        } else {
+            memset(out, 0, sizeof(float) * (size_t)(M * ldc));
+            for (int64_t k = k0; k < k1; k += 4) {
+                int nk = k1 - k < 4 ? (int)(k1 - k) : 4;
+                const float *b[4];
+                for (int r = 0; r < nk; r++)
+                    b[r] = gemv_row(bb + (size_t)((k + r) * B->strides[1] + n0 * B->strides[2]) * esz, B->strides[2],
+                                    nc, bdt, bbuf + r * blen);
+                (g->avx2 ? gemv_rows_avx2 : gemv_rows_c)(a, M, K, k, b, nk, out, ldc, nc);
+            }
+        }
+        if (!g->part) epilogue(j, batch, 0, M, n0, nc, acc, ldc, crow);
+    }
+    free(a);
+}
+
+/* After a k split: (batch, column chunk) u sums its partials in k order
+ * and stores. */
+static void gemv_finish(void *ctx, int64_t ub, int64_t ue) {
+    const gemv_job *g = ctx;
+    int64_t M = g->j->M, N = g->j->N, ldc = g->ncol, sz = M * ldc;
+    float *acc = malloc(sizeof(float) * (size_t)(sz + ldc));
+    if (!acc) return;
+    for (int64_t u = ub; u < ue; u++) {
+        int64_t n0 = u % g->nt * g->ncol, nc = N - n0 < g->ncol ? N - n0 : g->ncol;
+        const float *p = g->part + u * g->ksplit * sz;
+        memcpy(acc, p, sizeof(float) * (size_t)sz);
+        for (int64_t s = 1; s < g->ksplit; s++)
+            for (int64_t i = 0; i < sz; i++) acc[i] += p[s * sz + i];
+        epilogue(g->j, u / g->nt, 0, M, n0, nc, acc, ldc, acc + sz);
+    }
+    free(acc);
+}
+
+/* The whole product by the small-M path. dot: tasks are (batch, 64-column
+ * range). rows: (batch, column chunk whose M rows of sums fit in 64 KiB,
+ * k range); the k range is split when there are fewer chunks than twice
+ * the workers, so that each task streams whole rows of B, contiguous, and
+ * the partial sums are added in k order afterwards. */
+static tpu_status gemv_run(tpu_kargs *a, gemm_job *j, const tpu_tensor *A, const tpu_tensor *B, int64_t nb) {
+    gemv_job g = {.j = j,
+                  .A = A,
+                  .B = B,
+                  .dot = B->strides[1] == 1 && B->strides[2] != 1,
+                  .avx2 = tpu_mxu_detected() != TPU_MXU_PORTABLE &&
+                          (tpu_cpu_features() & (TPU_CPU_AVX2 | TPU_CPU_FMA)) == (TPU_CPU_AVX2 | TPU_CPU_FMA)};
+    int nw = tpu_compute_workers();
+    int64_t most = g.dot ? 64 : (16384 / j->M) / 8 * 8, nt = (j->N + most - 1) / most;
+    if (g.dot && nb == 1) nt = (nt + nw - 1) / nw * nw;
+    g.ncol = ((j->N + nt - 1) / nt + 7) / 8 * 8;
+    g.nt = (j->N + g.ncol - 1) / g.ncol;
+    g.ksplit = 1;
+    if (!g.dot && nb * g.nt < 2 * nw) {
+        int64_t want = (2 * nw + nb * g.nt - 1) / (nb * g.nt), most_k = (j->K + GEMV_KMIN - 1) / GEMV_KMIN;
+        g.ksplit = want < most_k ? want : most_k;
+    }
+    g.krange = ((j->K + g.ksplit - 1) / g.ksplit + 3) / 4 * 4;
+    g.ksplit = (j->K + g.krange - 1) / g.krange;
+    int64_t ntask = nb * g.nt * g.ksplit;
+    if (g.ksplit > 1) {
+        g.part = malloc(sizeof(float) * (size_t)(ntask * j->M * g.ncol));
+        if (!g.part) return tpu_kernel_fail(a, "out of scratch memory for matmul");
+    }
+    tpu_parallel_for(ntask, 1, gemv_task, &g);
+    if (g.part) tpu_parallel_for(nb * g.nt, 1, gemv_finish, &g);
+    free(g.part);
+    return TPU_OK;
 }
 
 /* float64 (and anything else): straightforward, exact in double. Rows of B
@@ -440,6 +676,11 @@ tpu_status tpu_k_gemm(tpu_kargs *a) {
     j.mtasks = (j.M + j.mc - 1) / j.mc;
     j.nsplit = j.mtasks >= 2 * nw ? 1 : (2 * nw + j.mtasks - 1) / j.mtasks;
     if (j.nsplit > j.npanels) j.nsplit = j.npanels;
+    bool gemv_dtypes = tpu_dtype_size(dt) <= 4 && tpu_dtype_size((tpu_dtype)B->dtype) <= 4 &&
+                       tpu_dtype_is_float((tpu_dtype)B->dtype) && !(dt == TPU_F32 && prec >= 1);
+    if (!any_f64 && tpu_dtype_is_float(dt) && gemv_dtypes && j.M <= GEMV_M && j.K > 0) {
+        return gemv_run(a, &j, A, B, o->sizes[0]);
+    }
     size_t bytes = (size_t)(j.Kp ? j.Kp : 1) * (size_t)j.npanels * (size_t)j.u->nr * (j.u->pairs ? 2 : 4);
     for (int64_t b = 0; b < o->sizes[0]; b++) {
         j.batch = b;
