@@ -1404,11 +1404,12 @@ static void gemm_case(tpu_dtype dt, int prec, int64_t nb, int64_t M, int64_t N, 
  * one batch). */
 static void test_matmul_vs_ref(void) {
     /* M, N, K; from {1, 70, 300} on, the small-M path (M <= 8): k and column
-     * tails, k split into ranges, chunks of columns */
+     * tails, k split into ranges, chunks of columns; then several k blocks
+     * and column groups (256) at once */
     static const int64_t shapes[][3] = {
         {1, 1, 1},    {7, 1, 13},   {1, 19, 5},   {13, 17, 1},    {6, 16, 256},   {8, 32, 257},  {37, 41, 53},
         {5, 7, 0},    {0, 7, 3},    {4, 0, 3},    {67, 100, 301}, {97, 35, 513},  {71, 531, 9},  {131, 20, 600},
-        {1, 70, 300}, {3, 131, 77}, {8, 2100, 9}, {2, 9, 700},    {1, 16500, 21}, {5, 61, 1030},
+        {1, 70, 300}, {3, 131, 77}, {8, 2100, 9}, {2, 9, 700},    {1, 16500, 21}, {5, 61, 1030}, {40, 300, 520},
     };
     const int ns = (int)(sizeof shapes / sizeof shapes[0]);
     for (int di = 0; di < NFLOAT; di++)

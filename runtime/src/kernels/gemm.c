@@ -31,14 +31,16 @@
 #include <string.h>
 #include <math.h>
 
-#define MR        8 /* AVX-512 and portable tile */
-#define NR        32
-#define MR2       6 /* AVX2 tile */
-#define NR2       16
-#define NR_MAX    32
-#define KC        256
-#define MC_TARGET 64 /* rows per task (a multiple of the unit's MR), before balancing */
+#define MR         8 /* AVX-512 and portable tile */
+#define NR         32
+#define MR2        6 /* AVX2 tile */
+#define NR2        16
+#define NR_MAX     32
+#define KC         256
+#define MC_TARGET  64  /* rows per task (a multiple of the unit's MR), before balancing */
+#define GROUP_COLS 256 /* columns of a task whose sums accumulate over all k blocks at once (a multiple of NR) */
 _Static_assert(MR >= MR2 && NR_MAX >= NR && NR_MAX >= NR2, "pack buffers hold the largest tile");
+_Static_assert(GROUP_COLS % NR == 0 && GROUP_COLS % NR2 == 0, "a group is whole panels");
 
 /* ---------------- micro-kernels: acc[MR][NR] (+)= Ap * Bp ----------------
  * c is the tile's corner in the task's fp32 scratch (row stride ldc); first:
@@ -331,16 +333,25 @@ static void epilogue(const gemm_job *j, int64_t batch, int64_t m0, int64_t mc, i
     }
 }
 
-/* Task t: row block t / nsplit, column panels range t % nsplit. */
+/* aligned_alloc of at least `bytes` (its size must be a multiple of the alignment). */
+static void *alloc64(size_t bytes) { return aligned_alloc(64, (bytes + 64) / 64 * 64); }
+
+/* Task t: row block t / nsplit, column panels range t % nsplit. The rows of
+ * A are packed once for every k block; the panels are then taken GROUP_COLS
+ * columns at a time, all k blocks of a group before the next, so that the
+ * group's fp32 sums (mc x GROUP_COLS) stay in cache while they accumulate
+ * and are stored once. */
 static void task(void *ctx, int64_t tb, int64_t te) {
     gemm_job *j = ctx;
     const gemm_unit *u = j->u;
     int64_t step = u->pairs ? 2 : 1;
     int64_t ppt = (j->npanels + j->nsplit - 1) / j->nsplit; /* panels per task */
-    int64_t ldc = ppt * u->nr;
-    float *acc = aligned_alloc(64, sizeof(float) * (size_t)(j->mc * ldc));
-    void *apack = aligned_alloc(64, sizeof(float) * (size_t)(j->mc * KC));
-    float *tmp = aligned_alloc(64, sizeof(float) * (size_t)(MR * KC + ldc)); /* A rows, then a row of C */
+    int64_t gp = GROUP_COLS / u->nr, ldc = GROUP_COLS;      /* panels per group, sums' row stride */
+    int nparts = j->passes == 3 ? 2 : 1;                    /* A as is, or its hi and lo parts */
+    int64_t mcp_max = (j->mc + u->mr - 1) / u->mr * u->mr, apart_sz = mcp_max * j->Kp / step; /* 4-byte units */
+    float *acc = alloc64(sizeof(float) * (size_t)(mcp_max * ldc));
+    float *apack = alloc64(sizeof(float) * (size_t)(nparts * apart_sz));
+    float *tmp = alloc64(sizeof(float) * (size_t)(MR * KC + ldc)); /* A rows, then a row of C */
     if (!acc || !apack || !tmp) {
         free(acc);
         free(apack);
@@ -353,26 +364,33 @@ static void task(void *ctx, int64_t tb, int64_t te) {
         int64_t mcp = (mc + u->mr - 1) / u->mr * u->mr;
         int64_t p0 = nt * ppt, np = j->npanels - p0 < ppt ? j->npanels - p0 : ppt;
         if (np <= 0) continue;
-        int64_t n0 = p0 * u->nr, nc = j->N - n0 < np * u->nr ? j->N - n0 : np * u->nr;
-        int first = 1;
-        if (j->Kp == 0) memset(acc, 0, sizeof(float) * (size_t)(j->mc * ldc));
-        for (int64_t kb = 0; kb * KC < j->Kp; kb++) {
-            int64_t k0 = kb * KC, kc = j->Kp - k0 < KC ? j->Kp - k0 : KC;
-            for (int pass = 0; pass < j->passes; pass++) {
-                /* passes for "high": (hi,hi), (hi,lo), (lo,hi) */
-                int apart = j->passes == 1 ? 0 : (pass == 2 ? 2 : 1);
-                int bsel = j->passes == 1 ? 0 : (pass == 1 ? 1 : 0);
-                pack_a(j, m0, mcp, k0, kc, apart, apack, tmp);
-                for (int64_t p = 0; p < np; p++)
-                    for (int64_t s = 0; s < mcp; s += u->mr) {
-                        u->ukr((int)kc, (const float *)apack + (s / u->mr) * (kc / step) * u->mr, /* 4-byte units */
-                               (const float *)j->bpack[bsel] + bpack_index(j, kb, p0 + p), acc + s * ldc + p * u->nr,
-                               (int)ldc, first);
-                    }
-                first = 0;
+        /* A block kb of part pi starts at apack + pi * apart_sz + mcp * k0 / step */
+        for (int pi = 0; pi < nparts; pi++)
+            for (int64_t k0 = 0; k0 < j->Kp; k0 += KC)
+                pack_a(j, m0, mcp, k0, j->Kp - k0 < KC ? j->Kp - k0 : KC, j->passes == 1 ? 0 : pi + 1,
+                       apack + pi * apart_sz + mcp * k0 / step, tmp);
+        for (int64_t g0 = 0; g0 < np; g0 += gp) {
+            int64_t gn = np - g0 < gp ? np - g0 : gp, n0 = (p0 + g0) * u->nr;
+            int64_t nc = j->N - n0 < gn * u->nr ? j->N - n0 : gn * u->nr;
+            int first = 1;
+            if (j->Kp == 0) memset(acc, 0, sizeof(float) * (size_t)(mcp_max * ldc));
+            for (int64_t k0 = 0, kb = 0; k0 < j->Kp; k0 += KC, kb++) {
+                int64_t kc = j->Kp - k0 < KC ? j->Kp - k0 : KC;
+                for (int pass = 0; pass < j->passes; pass++) {
+                    /* passes for "high": (hi,hi), (hi,lo), (lo,hi) */
+                    int pi = j->passes == 3 && pass == 2 ? 1 : 0;
+                    int bsel = j->passes == 1 ? 0 : (pass == 1 ? 1 : 0);
+                    const float *ap = apack + pi * apart_sz + mcp * k0 / step;
+                    for (int64_t p = g0; p < g0 + gn; p++)
+                        for (int64_t s = 0; s < mcp; s += u->mr)
+                            u->ukr((int)kc, ap + (s / u->mr) * (kc / step) * u->mr, /* 4-byte units */
+                                   (const float *)j->bpack[bsel] + bpack_index(j, kb, p0 + p),
+                                   acc + s * ldc + (p - g0) * u->nr, (int)ldc, first);
+                    first = 0;
+                }
             }
+            epilogue(j, j->batch, m0, mc, n0, nc, acc, ldc, tmp + MR * KC);
         }
-        epilogue(j, j->batch, m0, mc, n0, nc, acc, ldc, tmp + MR * KC);
     }
     free(acc);
     free(apack);
@@ -692,7 +710,7 @@ tpu_status tpu_k_gemm(tpu_kargs *a) {
         }
         int nb = j.passes == 3 ? 2 : 1;
         for (int q = 0; q < nb; q++) {
-            j.bpack[q] = aligned_alloc(64, (bytes + 63) / 64 * 64);
+            j.bpack[q] = alloc64(bytes);
             if (!j.bpack[q]) {
                 free(j.bpack[0]);
                 return tpu_kernel_fail(a, "out of scratch memory for matmul");
