@@ -1215,8 +1215,22 @@ static at::Tensor convolution(const at::Tensor& input_, const at::Tensor& weight
   const int64_t dh = win.dilation & 0xffff, dw = win.dilation >> 16;
   const int64_t OH = conv_out(x.size(2), kh, sh, ph, dh), OW = conv_out(x.size(3), kw, sw, pw, dw);
   TORCH_CHECK(OH > 0 && OW > 0, "Calculated output size is too small for the input size ", input_.sizes());
+  TORCH_CHECK(w.scalar_type() == x.scalar_type(), "expected scalar type ", x.scalar_type(), " but found ",
+              w.scalar_type());
   const int64_t G = groups, Cg = C / G, Og = O / G, K = Cg * kh * kw, L = OH * OW;
   at::Tensor out = at::empty({N, O, OH, OW}, x.options());
+  if (x.scalar_type() != at::kDouble) {
+    // The matrix unit reads the windows straight from the image (no im2col buffer).
+    const bool has_bias = bias.has_value() && bias->defined();
+    if (out.numel() > 0) {
+      at::Tensor wc = w.contiguous();  // (C/groups, kh, kw) dense together, as the kernel requires
+      tpu_tensor ts[4] = {desc(out), desc(x), desc(wc), has_bias ? desc(*bias) : tpu_tensor{}};
+      submit(TPU_OP_CONV2D, ts, has_bias ? 4 : 3,
+             TPU_PARAMS(CONV2D, .kernel = win.kernel, .stride = win.stride, .padding = win.padding,
+                        .dilation = win.dilation, .groups = groups, .precision = matmul_precision()));
+    }
+    return one_d ? out.squeeze(2) : out;
+  }
   at::Tensor cols = at::empty({N, K, L}, x.options());
   at::Tensor wm = w.reshape({O, K});
   for (int64_t g = 0; g < G; g++) {

@@ -1501,6 +1501,95 @@ static void test_parallel_sizes(void) {
     for (int di = 0; di < NFLOAT; di++) adamw_case(float_dtypes[di], 1, n1, L_CONTIG, 0.01, 2);
 }
 
+/* ================= convolution ================= */
+
+typedef struct conv_spec {
+    int64_t N, C, H, W, O;
+    int kh, kw, sh, sw, ph, pw, dh, dw;
+    int64_t G;
+    bool bias;
+} conv_spec;
+
+static tpu_params conv_params(const conv_spec *c, int prec) {
+    return TPU_PARAMS(CONV2D, .kernel = c->kh | c->kw << 16, .stride = c->sh | c->sw << 16,
+                      .padding = c->ph | c->pw << 16, .dilation = c->dh | c->dw << 16, .groups = c->G,
+                      .precision = prec);
+}
+
+/* CONV2D fast vs reference; lx: the input's layout (any strides). */
+static void conv_case(tpu_dtype dt, int prec, const conv_spec *c, int lx) {
+    int64_t OH = (c->H + 2 * c->ph - c->dh * (c->kh - 1) - 1) / c->sh + 1;
+    int64_t OW = (c->W + 2 * c->pw - c->dw * (c->kw - 1) - 1) / c->sw + 1;
+    snprintf(case_desc, sizeof case_desc,
+             "conv2d %s prec %d x %lldx%lldx%lldx%lld (layout %d) w %lld/%lld k %dx%d s %d,%d p %d,%d d %d,%d bias %d",
+             tpu_dtype_name(dt), prec, (long long)c->N, (long long)c->C, (long long)c->H, (long long)c->W, lx,
+             (long long)c->O, (long long)c->G, c->kh, c->kw, c->sh, c->sw, c->ph, c->pw, c->dh, c->dw, c->bias);
+    hten x, w, b, of, orf;
+    hmk(&x, dt, 4, (int64_t[]){c->N, c->C, c->H, c->W}, lx);
+    hmk(&w, dt, 4, (int64_t[]){c->O, c->C / c->G, c->kh, c->kw}, L_CONTIG);
+    hmk(&of, dt, 4, (int64_t[]){c->N, c->O, OH, OW}, L_CONTIG);
+    hmk1(&b, dt, c->O, L_PAD);
+    hfill(&x, -1, 1);
+    hfill(&w, -1, 1);
+    hfill(&b, -1, 1);
+    hclone(&orf, &of);
+    tpu_tensor ops[4] = {of.t, x.t, w.t, b.t};
+    int n = c->bias ? 4 : 3;
+    tpu_params p = conv_params(c, prec);
+    if (run(false, TPU_OP_CONV2D, ops, n, &p, NULL) == TPU_OK) {
+        ops[0] = orf.t;
+        if (run(true, TPU_OP_CONV2D, ops, n, &p, NULL) == TPU_OK) hcmp("out", &of, &orf, tol(dt), tol(dt));
+    }
+    hfree(&x);
+    hfree(&w);
+    hfree(&b);
+    hfree(&of);
+    hfree(&orf);
+}
+
+/* Windows through padding, strides, dilation and groups (depthwise too),
+ * kernels larger than the input, several k blocks (K > 256) and row blocks
+ * (O > 64), rows of windows across panel and chunk boundaries. */
+static void test_conv2d_vs_ref(void) {
+    static const conv_spec specs[] = {
+        {2, 3, 9, 11, 5, 3, 3, 1, 1, 1, 1, 1, 1, 1, true},    {1, 4, 8, 8, 6, 3, 3, 2, 2, 1, 1, 1, 1, 2, false},
+        {2, 6, 7, 7, 6, 3, 3, 1, 1, 2, 2, 2, 2, 6, true},     {1, 3, 20, 17, 40, 5, 3, 2, 1, 2, 0, 1, 1, 1, true},
+        {1, 8, 5, 5, 70, 1, 1, 1, 1, 0, 0, 1, 1, 1, false},   {1, 2, 40, 40, 8, 7, 7, 2, 2, 3, 3, 1, 1, 1, true},
+        {1, 30, 12, 12, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, true}, {2, 1, 3, 3, 2, 5, 5, 1, 1, 1, 1, 1, 1, 1, true},
+        {1, 5, 1, 70, 7, 1, 3, 1, 3, 0, 1, 1, 2, 1, false},
+    };
+    static const tpu_dtype dts[] = {TPU_F32, TPU_BF16, TPU_F16};
+    for (int si = 0; si < (int)(sizeof specs / sizeof specs[0]); si++)
+        for (int di = 0; di < 3; di++)
+            conv_case(dts[di], 0, &specs[si], si % 3 == 0 ? L_CONTIG : si % 3 == 1 ? L_PAD : L_PERM);
+    for (int prec = 1; prec <= 2; prec++) conv_case(TPU_F32, prec, &specs[6], L_CONTIG);
+}
+
+/* float64 and mismatched weights fail with a message; nothing is written. */
+static void test_conv2d_errors(void) {
+    conv_spec c = {1, 4, 5, 5, 2, 3, 3, 1, 1, 0, 0, 1, 1, 1, false};
+    tpu_params p = conv_params(&c, 0);
+    hten x, w, o;
+    char err[256];
+    hmk(&x, TPU_F64, 4, (int64_t[]){1, 4, 5, 5}, L_CONTIG);
+    hmk(&w, TPU_F64, 4, (int64_t[]){2, 4, 3, 3}, L_CONTIG);
+    hmk(&o, TPU_F64, 4, (int64_t[]){1, 2, 3, 3}, L_CONTIG);
+    tpu_tensor ops[3] = {o.t, x.t, w.t};
+    CHECK(run(false, TPU_OP_CONV2D, ops, 3, &p, err) != TPU_OK && strstr(err, "float32"));
+    hfree(&x);
+    hfree(&w);
+    hfree(&o);
+    hmk(&x, TPU_F32, 4, (int64_t[]){1, 4, 5, 5}, L_CONTIG);
+    hmk(&w, TPU_F32, 4, (int64_t[]){2, 3, 3, 3}, L_CONTIG);
+    hmk(&o, TPU_F32, 4, (int64_t[]){1, 2, 3, 3}, L_CONTIG);
+    tpu_tensor ops2[3] = {o.t, x.t, w.t};
+    CHECK(run(false, TPU_OP_CONV2D, ops2, 3, &p, err) != TPU_OK && strstr(err, "weight"));
+    CHECK(hguards_ok(&o));
+    hfree(&x);
+    hfree(&w);
+    hfree(&o);
+}
+
 int main(void) {
     /* Bring the runtime up so kernels run on its compute pool, as under a launch. */
     if (tpu_init() != TPU_OK) return 1;
@@ -1524,6 +1613,8 @@ int main(void) {
     RUN_TEST(test_matmul_hand);
     RUN_TEST(test_matmul_vs_ref);
     RUN_TEST(test_matmul_units);
+    RUN_TEST(test_conv2d_vs_ref);
+    RUN_TEST(test_conv2d_errors);
     printf("%ld output tensors compared against the reference\n", ncompared);
     return TEST_SUMMARY();
 }

@@ -213,9 +213,19 @@ static inline uint16_t to_bf16_part(float x, int part) {
 
 /* ---------------- the driver ---------------- */
 
+/* CONV2D's B: the windows of one image and group as a K x (OH*OW) matrix,
+ * row k = (c, i, j) of the kernel, column l = (oh, ow); read straight from
+ * the image while B is packed (no im2col buffer). */
+typedef struct conv_src {
+    const tpu_tensor *x;
+    const char *plane0; /* channel 0 of the group in image n */
+    tpu_conv_geom g;
+} conv_src;
+
 typedef struct gemm_job {
     int64_t M, N, K, Kp; /* Kp: K rounded to the k-step (even for pairs) */
     mat A, B;
+    const conv_src *cv; /* B is a convolution's windows (then B is unused) */
     const tpu_kargs *a;
     int64_t batch;
     const gemm_unit *u;
@@ -244,34 +254,99 @@ typedef struct pack_ctx {
     void *dst;
 } pack_ctx;
 
-/* Pack B panels [pb, pe) of every k-block (parallel over panels). */
+/* n values of window row k (kernel offset (c, i, j)) from column l0 on,
+ * into dst: per output row oh, zeros where the window leaves the image,
+ * one strided load for the rest. */
+static void conv_row(const conv_src *cv, int64_t k, int64_t l0, int64_t n, float *dst) {
+    const tpu_conv_geom *g = &cv->g;
+    const tpu_tensor *x = cv->x;
+    int64_t c = k / (g->kh * g->kw), r = k % (g->kh * g->kw), ki = r / g->kw, kj = r % g->kw;
+    int64_t shift = kj * g->dw - g->pw; /* input column of ow: ow * sw + shift */
+    int64_t lo = shift >= 0 ? 0 : (-shift + g->sw - 1) / g->sw;
+    int64_t hi = g->W - shift <= 0 ? 0 : (g->W - shift + g->sw - 1) / g->sw;
+    if (hi > g->OW) hi = g->OW;
+    if (lo > hi) lo = hi;
+    size_t esz = tpu_dtype_size((tpu_dtype)x->dtype);
+    for (int64_t l = l0; l < l0 + n;) {
+        int64_t oh = l / g->OW, ow = l % g->OW, run = g->OW - ow < l0 + n - l ? g->OW - ow : l0 + n - l;
+        int64_t h = oh * g->sh - g->ph + ki * g->dh;
+        float *d = dst + (l - l0);
+        int64_t a0 = ow > lo ? ow : lo, a1 = ow + run < hi ? ow + run : hi;
+        if (h < 0 || h >= g->H || a0 >= a1) {
+            memset(d, 0, sizeof(float) * (size_t)run);
+        } else {
+            for (int64_t q = ow; q < a0; q++) d[q - ow] = 0.0f;
+            tpu_tile_load_f32(
+                d + (a0 - ow),
+                cv->plane0 +
+                    (size_t)(c * x->strides[1] + h * x->strides[2] + (a0 * g->sw + shift) * x->strides[3]) * esz,
+                g->sw * x->strides[3], a1 - a0, (tpu_dtype)x->dtype);
+            for (int64_t q = a1; q < ow + run; q++) d[q - ow] = 0.0f;
+        }
+        l += run;
+    }
+}
+
+/* Row k of B, columns [c0, c0 + n), as floats: B itself when it is fp32
+ * with contiguous rows, else converted (or gathered from windows) into buf. */
+static const float *b_row(const gemm_job *j, int64_t k, int64_t c0, int64_t n, float *buf) {
+    if (j->cv) {
+        conv_row(j->cv, k, c0, n, buf);
+        return buf;
+    }
+    if (j->B.dt == TPU_F32 && j->B.cs == 1) return (const float *)mat_ptr(&j->B, k, c0);
+    tpu_tile_load_f32(buf, mat_ptr(&j->B, k, c0), j->B.cs, n, j->B.dt);
+    return buf;
+}
+
+#define PACK_CHUNK 64 /* panels packed a row of B at a time, when B's rows are contiguous */
+
+/* Pack B panels [pb, pe) of every k-block (parallel over panels): PACK_CHUNK
+ * panels at a time, each row of B read once for all of them (one panel at a
+ * time when B's rows are strided, so that its columns stay in cache). */
 static void pack_b_panels(void *ctx, int64_t pb, int64_t pe) {
     pack_ctx *c = ctx;
     gemm_job *j = c->j;
     int nr = j->u->nr;
-    float row[NR_MAX], row2[NR_MAX];
-    for (int64_t kb = 0; kb * KC < j->Kp; kb++) {
-        int64_t k0 = kb * KC, kc = j->Kp - k0 < KC ? j->Kp - k0 : KC;
-        for (int64_t p = pb; p < pe; p++) {
-            int64_t c0 = p * nr, nc = j->N - c0 < nr ? j->N - c0 : nr;
+    int64_t chunk = j->cv || j->B.cs == 1 ? PACK_CHUNK : 1;
+    float buf[2][PACK_CHUNK * NR_MAX];
+    for (int64_t cb = pb; cb < pe; cb += chunk) {
+        int64_t ce = pe - cb < chunk ? pe : cb + chunk, c0 = cb * nr;
+        int64_t n = (j->N < ce * nr ? j->N : ce * nr) - c0; /* valid columns of the chunk */
+        for (int64_t kb = 0; kb * KC < j->Kp; kb++) {
+            int64_t k0 = kb * KC, kc = j->Kp - k0 < KC ? j->Kp - k0 : KC;
             if (j->u->pairs) {
-                uint32_t *out = (uint32_t *)c->dst + bpack_index(j, kb, p);
                 for (int64_t k = 0; k < kc; k += 2) {
-                    memset(row, 0, sizeof row);
-                    memset(row2, 0, sizeof row2);
-                    if (k0 + k < j->K) tpu_tile_load_f32(row, mat_ptr(&j->B, k0 + k, c0), j->B.cs, nc, j->B.dt);
-                    if (k0 + k + 1 < j->K)
-                        tpu_tile_load_f32(row2, mat_ptr(&j->B, k0 + k + 1, c0), j->B.cs, nc, j->B.dt);
-                    for (int q = 0; q < nr; q++)
-                        out[(k / 2) * nr + q] =
-                            (uint32_t)to_bf16_part(row[q], c->part) | ((uint32_t)to_bf16_part(row2[q], c->part) << 16);
+                    const float *r0 = k0 + k < j->K ? b_row(j, k0 + k, c0, n, buf[0]) : NULL;
+                    const float *r1 = k0 + k + 1 < j->K ? b_row(j, k0 + k + 1, c0, n, buf[1]) : NULL;
+                    for (int64_t p = cb; p < ce; p++) {
+                        uint32_t *out = (uint32_t *)c->dst + bpack_index(j, kb, p) + (k / 2) * nr;
+                        int64_t off = (p - cb) * nr;
+                        for (int q = 0; q < nr; q++) {
+                            float v0 = r0 && off + q < n ? r0[off + q] : 0.0f,
+                                  v1 = r1 && off + q < n ? r1[off + q] : 0.0f;
+                            out[q] = (uint32_t)to_bf16_part(v0, c->part) | ((uint32_t)to_bf16_part(v1, c->part) << 16);
+                        }
+                    }
                 }
             } else {
-                float *out = (float *)c->dst + bpack_index(j, kb, p);
                 for (int64_t k = 0; k < kc; k++) {
-                    if (nc < nr) memset(out + k * nr, 0, (size_t)nr * sizeof(float));
-                    tpu_tile_load_f32(out + k * nr, mat_ptr(&j->B, k0 + k, c0), j->B.cs, nc, j->B.dt);
-                    if (j->round_b) round_bf16(out + k * nr, nc, c->part);
+                    const float *r = b_row(j, k0 + k, c0, n, buf[0]);
+                    if (j->round_b) {
+                        if (r != buf[0]) memcpy(buf[0], r, sizeof(float) * (size_t)n);
+                        round_bf16(buf[0], n, c->part);
+                        r = buf[0];
+                    }
+                    for (int64_t p = cb; p < ce; p++) {
+                        float *out = (float *)c->dst + bpack_index(j, kb, p) + k * nr;
+                        int64_t off = (p - cb) * nr;
+                        if (off + nr <= n && nr == NR2)
+                            memcpy(out, r + off, sizeof(float) * NR2);
+                        else if (off + nr <= n && nr == NR)
+                            memcpy(out, r + off, sizeof(float) * NR);
+                        else
+                            for (int q = 0; q < nr; q++) out[q] = off + q < n ? r[off + q] : 0.0f;
+                    }
                 }
             }
         }
@@ -663,13 +738,14 @@ static void gemm_f64_rows(void *ctx, int64_t rb, int64_t re) {
     free(row);
 }
 
-tpu_status tpu_k_gemm(tpu_kargs *a) {
-    tpu_status s = tpu_gemm_check(a);
-    if (s) return s;
+/* The product of a checked MATMUL launch; cv: B is a convolution's windows
+ * (one batch, float operands). */
+static tpu_status gemm_run(tpu_kargs *a, const conv_src *cv) {
     const tpu_tensor *o = &a->t[0], *A = &a->t[1], *B = &a->t[2];
     gemm_job j;
     memset(&j, 0, sizeof j);
     j.a = a;
+    j.cv = cv;
     j.M = o->sizes[1];
     j.N = o->sizes[2];
     j.K = A->sizes[2];
@@ -696,33 +772,85 @@ tpu_status tpu_k_gemm(tpu_kargs *a) {
     if (j.nsplit > j.npanels) j.nsplit = j.npanels;
     bool gemv_dtypes = tpu_dtype_size(dt) <= 4 && tpu_dtype_size((tpu_dtype)B->dtype) <= 4 &&
                        tpu_dtype_is_float((tpu_dtype)B->dtype) && !(dt == TPU_F32 && prec >= 1);
-    if (!any_f64 && tpu_dtype_is_float(dt) && gemv_dtypes && j.M <= GEMV_M && j.K > 0) {
+    if (!cv && !any_f64 && tpu_dtype_is_float(dt) && gemv_dtypes && j.M <= GEMV_M && j.K > 0) {
         return gemv_run(a, &j, A, B, o->sizes[0]);
     }
     size_t bytes = (size_t)(j.Kp ? j.Kp : 1) * (size_t)j.npanels * (size_t)j.u->nr * (j.u->pairs ? 2 : 4);
+    int nb = j.passes == 3 ? 2 : 1;
+    bool f64_rows = any_f64 || !tpu_dtype_is_float(dt) || !tpu_dtype_is_float((tpu_dtype)B->dtype);
+    for (int q = 0; q < nb && !f64_rows; q++)
+        if (!(j.bpack[q] = alloc64(bytes))) {
+            free(j.bpack[0]);
+            return tpu_kernel_fail(a, "out of scratch memory for matmul");
+        }
     for (int64_t b = 0; b < o->sizes[0]; b++) {
         j.batch = b;
         j.A = (mat){tpu_elem_ptr(A, b * A->strides[0]), dt, A->strides[1], A->strides[2]};
         j.B = (mat){tpu_elem_ptr(B, b * B->strides[0]), (tpu_dtype)B->dtype, B->strides[1], B->strides[2]};
-        if (any_f64 || !tpu_dtype_is_float(dt) || !tpu_dtype_is_float((tpu_dtype)B->dtype)) {
+        if (f64_rows) {
             tpu_parallel_for(j.M, 16, gemm_f64_rows, &j);
             continue;
         }
-        int nb = j.passes == 3 ? 2 : 1;
         for (int q = 0; q < nb; q++) {
-            j.bpack[q] = alloc64(bytes);
-            if (!j.bpack[q]) {
-                free(j.bpack[0]);
-                return tpu_kernel_fail(a, "out of scratch memory for matmul");
-            }
             pack_ctx pc = {&j, j.passes == 3 ? q + 1 : 0, j.bpack[q]};
             tpu_parallel_for(j.npanels, 4, pack_b_panels, &pc);
         }
         tpu_parallel_for(j.mtasks * j.nsplit, 1, task, &j);
-        for (int q = 0; q < nb; q++) {
-            free(j.bpack[q]);
-            j.bpack[q] = NULL;
-        }
     }
+    for (int q = 0; q < nb; q++) free(j.bpack[q]);
     return TPU_OK;
+}
+
+/* A tensor descriptor as a 3-d (1, r, c) matrix at element offset off with
+ * row and column strides sr, sc. */
+static tpu_tensor as_mat(const tpu_tensor *t, int64_t off, int64_t r, int64_t c, int64_t sr, int64_t sc) {
+    tpu_tensor m = *t;
+    m.offset += off;
+    m.ndim = 3;
+    m.sizes[0] = 1, m.sizes[1] = r, m.sizes[2] = c;
+    m.strides[0] = 0, m.strides[1] = sr, m.strides[2] = sc;
+    return m;
+}
+
+/* CONV2D: per image and group, out (Og x OH*OW) = w (Og x K) @ windows
+ * (K x OH*OW) + bias, the windows packed straight from the image. */
+static tpu_status conv2d(tpu_kargs *a) {
+    tpu_conv_geom g;
+    tpu_status s = tpu_conv2d_check(a, &g);
+    if (s) return s;
+    const tpu_tensor *o = &a->t[0], *x = &a->t[1], *w = &a->t[2], *b = a->n > 3 ? &a->t[3] : NULL;
+    if (g.OH > 1 && o->strides[2] != g.OW * o->strides[3])
+        return tpu_kernel_fail(a, "conv2d: the output's (oh, ow) dims must be dense together");
+    if ((g.kw > 1 || g.kh > 1 || g.Cg > 1) && ((g.kh > 1 && w->strides[2] != g.kw * w->strides[3]) ||
+                                               (g.Cg > 1 && w->strides[1] != g.kh * g.kw * w->strides[3])))
+        return tpu_kernel_fail(a, "conv2d: the weight's (C/groups, kh, kw) dims must be dense together");
+    int64_t L = g.OH * g.OW;
+    if (g.N == 0 || g.O == 0 || L == 0) return TPU_OK;
+    tpu_kargs *sub = malloc(sizeof *sub);
+    if (!sub) return tpu_kernel_fail(a, "out of scratch memory for conv2d");
+    tpu_args_CONV2D q = tpu_unpack_CONV2D(&a->p);
+    for (int64_t n = 0; n < g.N && !s; n++)
+        for (int64_t grp = 0; grp < g.G && !s; grp++) {
+            sub->op = TPU_OP_MATMUL;
+            sub->n = b ? 4 : 3;
+            sub->site = a->site;
+            sub->p = TPU_PARAMS(MATMUL, .alpha = 1.0, .beta = b ? 1.0 : 0.0, .precision = q.precision);
+            sub->t[0] =
+                as_mat(o, n * o->strides[0] + grp * g.Og * o->strides[1], g.Og, L, o->strides[1], o->strides[3]);
+            sub->t[1] = as_mat(w, grp * g.Og * w->strides[0], g.Og, g.K, w->strides[0], w->strides[3]);
+            sub->t[2] = as_mat(x, 0, g.K, L, 0, 0); /* its dtype and shape; the data comes through cv */
+            if (b) sub->t[3] = as_mat(b, grp * g.Og * b->strides[0], g.Og, L, b->strides[0], 0);
+            conv_src cv = {x, tpu_elem_ptr(x, n * x->strides[0] + grp * g.Cg * x->strides[1]), g};
+            s = gemm_run(sub, &cv);
+            if (s) memcpy(a->err, sub->err, sizeof a->err);
+        }
+    free(sub);
+    return s;
+}
+
+tpu_status tpu_k_gemm(tpu_kargs *a) {
+    if (a->op == TPU_OP_CONV2D) return conv2d(a);
+    tpu_status s = tpu_gemm_check(a);
+    if (s) return s;
+    return gemm_run(a, NULL);
 }

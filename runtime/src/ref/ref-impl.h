@@ -30,6 +30,12 @@ tpu_status tpu_tri_check(tpu_kargs *a);
 /* Operand checks shared by the fast and reference kernels of a family. */
 /* GEMM (ref/ref_misc.c): ranks, inner sizes, batch and output shape. */
 tpu_status tpu_gemm_check(tpu_kargs *a);
+/* CONV2D's geometry, unpacked and checked against its operands. */
+typedef struct tpu_conv_geom {
+    int64_t N, C, H, W, O, OH, OW, G, Cg, Og, K; /* K = Cg * kh * kw */
+    int kh, kw, sh, sw, ph, pw, dh, dw;
+} tpu_conv_geom;
+tpu_status tpu_conv2d_check(tpu_kargs *a, tpu_conv_geom *g);
 /* RNN cells (ref/ref_rnn.c): *B, *H are the batch and hidden sizes. */
 tpu_status tpu_rnn_check(tpu_kargs *a, int64_t *B, int64_t *H);
 

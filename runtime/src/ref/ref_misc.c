@@ -28,7 +28,89 @@ static double mxu_value(double x, int part) {
     return tpu_bf16_to_f32(tpu_f32_to_bf16(f - v.f)); /* lo */
 }
 
+/* x * y as the matrix unit multiplies them (dt: A's dtype; prec: MATMUL's). */
+static double mxu_product(double x, double y, tpu_dtype dt, int prec, bool f64) {
+    if (f64 || (dt == TPU_F32 && prec == 0) || dt == TPU_F16)
+        return (f64 ? x : (double)(float)x) * (f64 ? y : (double)(float)y);
+    if (dt == TPU_F32 && prec == 1)
+        return mxu_value(x, 2) * mxu_value(y, 2) + mxu_value(x, 2) * mxu_value(y, 3) +
+               mxu_value(x, 3) * mxu_value(y, 2);
+    return mxu_value(x, 1) * mxu_value(y, 1);
+}
+
+tpu_status tpu_conv2d_check(tpu_kargs *a, tpu_conv_geom *g) {
+    const tpu_tensor *o = &a->t[0], *x = &a->t[1], *w = &a->t[2], *b = a->n > 3 ? &a->t[3] : NULL;
+    if (o->ndim != 4 || x->ndim != 4 || w->ndim != 4 || (b && (b->is_scalar || b->ndim != 1)))
+        return tpu_kernel_fail(a, "conv2d: expected 4-d output, input and weight and a 1-d bias");
+    tpu_args_CONV2D q = tpu_unpack_CONV2D(&a->p);
+    *g = (tpu_conv_geom){.N = x->sizes[0],
+                         .C = x->sizes[1],
+                         .H = x->sizes[2],
+                         .W = x->sizes[3],
+                         .O = w->sizes[0],
+                         .G = q.groups,
+                         .kh = (int)(q.kernel & 0xffff),
+                         .kw = (int)(q.kernel >> 16),
+                         .sh = (int)(q.stride & 0xffff),
+                         .sw = (int)(q.stride >> 16),
+                         .ph = (int)(q.padding & 0xffff),
+                         .pw = (int)(q.padding >> 16),
+                         .dh = (int)(q.dilation & 0xffff),
+                         .dw = (int)(q.dilation >> 16)};
+    if (g->kh < 1 || g->kw < 1 || g->sh < 1 || g->sw < 1 || g->dh < 1 || g->dw < 1 || g->G < 1)
+        return tpu_kernel_fail(a, "conv2d: kernel, stride, dilation and groups must be positive");
+    if (g->C % g->G || g->O % g->G || w->sizes[1] * g->G != g->C || w->sizes[2] != g->kh || w->sizes[3] != g->kw)
+        return tpu_kernel_fail(a, "conv2d: weight does not match the input channels, groups or kernel");
+    g->Cg = g->C / g->G;
+    g->Og = g->O / g->G;
+    g->K = g->Cg * g->kh * g->kw;
+    g->OH = (g->H + 2 * g->ph - g->dh * (g->kh - 1) - 1) / g->sh + 1;
+    g->OW = (g->W + 2 * g->pw - g->dw * (g->kw - 1) - 1) / g->sw + 1;
+    if (o->sizes[0] != g->N || o->sizes[1] != g->O || o->sizes[2] != g->OH || o->sizes[3] != g->OW ||
+        (b && b->sizes[0] != g->O))
+        return tpu_kernel_fail(a, "conv2d: output or bias shape does not match the window");
+    if (x->dtype != w->dtype || (b && b->dtype != x->dtype) || x->dtype == TPU_F64 || !tpu_dtype_is_float(x->dtype))
+        return tpu_kernel_fail(a, "conv2d: input, weight and bias must share a float32 / float16 / bfloat16 dtype");
+    return TPU_OK;
+}
+
+/* From the definition: each output element a sum over its window. */
+static tpu_status ref_conv2d(tpu_kargs *a) {
+    tpu_conv_geom g;
+    tpu_status s = tpu_conv2d_check(a, &g);
+    if (s) return s;
+    const tpu_tensor *o = &a->t[0], *x = &a->t[1], *w = &a->t[2], *b = a->n > 3 ? &a->t[3] : NULL;
+    tpu_dtype dt = (tpu_dtype)x->dtype;
+    int prec = (int)tpu_unpack_CONV2D(&a->p).precision;
+    for (int64_t n = 0; n < g.N; n++)
+        for (int64_t oc = 0; oc < g.O; oc++)
+            for (int64_t oh = 0; oh < g.OH; oh++)
+                for (int64_t ow = 0; ow < g.OW; ow++) {
+                    double acc = 0;
+                    int64_t c0 = oc / g.Og * g.Cg;
+                    for (int64_t c = 0; c < g.Cg; c++)
+                        for (int i = 0; i < g.kh; i++)
+                            for (int j = 0; j < g.kw; j++) {
+                                int64_t h = oh * g.sh - g.ph + i * g.dh, v = ow * g.sw - g.pw + j * g.dw;
+                                if (h < 0 || h >= g.H || v < 0 || v >= g.W) continue;
+                                double xv = tpu_load_f64(tpu_elem_ptr(x, n * x->strides[0] + (c0 + c) * x->strides[1] +
+                                                                             h * x->strides[2] + v * x->strides[3]),
+                                                         dt);
+                                double wv = tpu_load_f64(tpu_elem_ptr(w, oc * w->strides[0] + c * w->strides[1] +
+                                                                             i * w->strides[2] + j * w->strides[3]),
+                                                         dt);
+                                acc += mxu_product(wv, xv, dt, prec, false);
+                            }
+                    if (b) acc += tpu_load_f64(tpu_elem_ptr(b, oc * b->strides[0]), dt);
+                    tpu_store_f64(tpu_elem_ptr(o, n * o->strides[0] + oc * o->strides[1] + oh * o->strides[2] +
+                                                      ow * o->strides[3]),
+                                  (tpu_dtype)o->dtype, acc);
+                }
+    return TPU_OK;
+}
+
 tpu_status tpu_ref_gemm(tpu_kargs *a) {
+    if (a->op == TPU_OP_CONV2D) return ref_conv2d(a);
     tpu_status s = tpu_gemm_check(a);
     if (s) return s;
     const tpu_tensor *o = &a->t[0], *A = &a->t[1], *B = &a->t[2], *C = a->n > 3 ? &a->t[3] : NULL;
@@ -45,13 +127,7 @@ tpu_status tpu_ref_gemm(tpu_kargs *a) {
                         tpu_load_f64(tpu_elem_ptr(A, b * A->strides[0] + i * A->strides[1] + k * A->strides[2]), dt);
                     double y = tpu_load_f64(tpu_elem_ptr(B, b * B->strides[0] + k * B->strides[1] + j * B->strides[2]),
                                             (tpu_dtype)B->dtype);
-                    if (f64 || (dt == TPU_F32 && prec == 0) || dt == TPU_F16)
-                        acc += (f64 ? x : (double)(float)x) * (f64 ? y : (double)(float)y);
-                    else if (dt == TPU_F32 && prec == 1)
-                        acc += mxu_value(x, 2) * mxu_value(y, 2) + mxu_value(x, 2) * mxu_value(y, 3) +
-                               mxu_value(x, 3) * mxu_value(y, 2);
-                    else
-                        acc += mxu_value(x, 1) * mxu_value(y, 1);
+                    acc += mxu_product(x, y, dt, prec, f64);
                 }
                 double v = q.alpha * acc;
                 if (C && q.beta != 0.0)

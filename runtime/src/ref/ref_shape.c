@@ -183,8 +183,13 @@ static void maxpool_planes(void *ctx, int64_t b, int64_t e) {
     const im_job *j = ctx;
     const win *w = &j->w;
     const tpu_tensor *y = &j->a->t[0], *ix = &j->a->t[1], *x = &j->a->t[2];
+    /* float32 in and out, int64 indices: the same rule over float pointers, no dtype switch per element */
+    bool f32 = x->dtype == TPU_F32 && y->dtype == TPU_F32 && ix->dtype == TPU_I64;
     for (int64_t nc = b; nc < e; nc++) {
         int64_t n = nc / w->C, c = nc % w->C;
+        int64_t xo = n * x->strides[0] + c * x->strides[1];
+        int64_t yo = n * y->strides[0] + c * y->strides[1], io = n * ix->strides[0] + c * ix->strides[1];
+        const float *xp = f32 ? (const float *)x->base + x->offset + xo : NULL;
         for (int64_t oh = 0; oh < w->OH; oh++)
             for (int64_t ow = 0; ow < w->OW; ow++) {
                 double best = -INFINITY;
@@ -195,19 +200,22 @@ static void maxpool_planes(void *ctx, int64_t b, int64_t e) {
                     for (int kj = 0; kj < w->kw; kj++) {
                         int64_t ww = ow * w->sw - w->pw + kj * w->dw;
                         if (ww < 0 || ww >= w->W) continue;
-                        double v = ld4(x, n, c, h, ww);
+                        double v = f32 ? xp[h * x->strides[2] + ww * x->strides[3]] : ld4(x, n, c, h, ww);
                         if (bi < 0 || v > best || (v != v && best == best)) {
                             best = v;
                             bi = h * w->W + ww;
                         } /* NaN wins */
                     }
                 }
-                tpu_store_f64(
-                    tpu_elem_ptr(y, n * y->strides[0] + c * y->strides[1] + oh * y->strides[2] + ow * y->strides[3]),
-                    (tpu_dtype)y->dtype, best);
-                tpu_store_i64(tpu_elem_ptr(ix, n * ix->strides[0] + c * ix->strides[1] + oh * ix->strides[2] +
-                                                   ow * ix->strides[3]),
-                              (tpu_dtype)ix->dtype, bi);
+                int64_t yq = yo + oh * y->strides[2] + ow * y->strides[3],
+                        iq = io + oh * ix->strides[2] + ow * ix->strides[3];
+                if (f32) {
+                    ((float *)y->base)[y->offset + yq] = (float)best;
+                    ((int64_t *)ix->base)[ix->offset + iq] = bi;
+                } else {
+                    tpu_store_f64(tpu_elem_ptr(y, yq), (tpu_dtype)y->dtype, best);
+                    tpu_store_i64(tpu_elem_ptr(ix, iq), (tpu_dtype)ix->dtype, bi);
+                }
             }
     }
 }
