@@ -1219,8 +1219,10 @@ static at::Tensor convolution(const at::Tensor& input_, const at::Tensor& weight
               w.scalar_type());
   const int64_t G = groups, Cg = C / G, Og = O / G, K = Cg * kh * kw, L = OH * OW;
   at::Tensor out = at::empty({N, O, OH, OW}, x.options());
-  if (x.scalar_type() != at::kDouble) {
-    // The matrix unit reads the windows straight from the image (no im2col buffer).
+  const auto st = x.scalar_type();
+  if (st == at::kFloat || st == at::kBFloat16 || st == at::kHalf) {
+    // The matrix unit reads the windows straight from the image (no im2col buffer);
+    // float64 and integers take im2col + the exact matmul below.
     const bool has_bias = bias.has_value() && bias->defined();
     if (out.numel() > 0) {
       at::Tensor wc = w.contiguous();  // (C/groups, kh, kw) dense together, as the kernel requires
