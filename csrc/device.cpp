@@ -603,7 +603,10 @@ std::vector<int64_t> py_mem_info(int64_t d) {
   TPU_CHECK(tpu_mem_get_info(static_cast<int>(d), &f, &t));
   return {int64_t(f), int64_t(t)};
 }
-void py_synchronize(int64_t d) { TPU_CHECK(tpu_device_synchronize(static_cast<int>(d))); }
+// d < 0: the current device (torch.tpu.synchronize() without an argument, one call from Python).
+void py_synchronize(int64_t d) {
+  TPU_CHECK(tpu_device_synchronize(d < 0 ? tpu_device_current() : static_cast<int>(d)));
+}
 void py_set_device(int64_t d) { TPU_CHECK(tpu_device_set(static_cast<int>(d))); }
 int64_t py_current_device() { return tpu_device_current(); }
 

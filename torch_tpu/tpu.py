@@ -15,12 +15,18 @@ def _ops():
     return torch.ops.torch_tpu
 
 
+_init_pid = None
+
+
 def _lazy_init():
-    global _initialized
+    global _initialized, _init_pid
+    if _initialized and _init_pid == os.getpid():
+        return      # initialized in this process: the checks below passed already (a fork changes the pid)
     if _ops().is_forked():
         raise RuntimeError(_FORK_MSG)
     _ops().init()   # a bad TPU_* environment variable raises RuntimeError here
     _initialized = True
+    _init_pid = os.getpid()
 
 
 def _index(device: Optional[Union[int, str, torch.device]]) -> int:
@@ -130,7 +136,7 @@ def get_device_capability(device=None):
 
 def synchronize(device=None) -> None:
     _lazy_init()
-    _ops().synchronize(_index(device))
+    _ops().synchronize(-1 if device is None else _index(device))   # -1: the current device
 
 
 # ---- streams and events (torch.Stream / torch.Event on the tpu device) ----
