@@ -1,7 +1,8 @@
 /* gemm.c - the matrix unit: out = beta*C + alpha*(A @ B), batched, any strides.
  *
  * DESIGN
- * Goto-style blocking. B is packed once per batch into KC x NR panels; the
+ * Goto-style blocking. B is packed once per batch into KC x NR panels (for
+ * CONV2D, per image and group, from the image's windows: no im2col buffer); the
  * output is cut into row-block x column-range tasks run on the compute
  * workers; each task packs its A block (MR-row slivers) and runs an MR x NR
  * micro-kernel into an fp32 accumulator tile, then applies the epilogue
