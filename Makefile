@@ -58,11 +58,11 @@ build/tsan/%.o: runtime/src/%.c $(RT_HDR)
 	@mkdir -p $(dir $@)
 	$(CCACHE) $(CC) $(CFLAGS_RT) $(TSAN) -c $< -o $@
 
-build/ctest/%: tests/c/%.c $(SAN_OBJ) $(RT_HDR) tests/c/test.h
+build/ctest/%: tests/c/%.c $(SAN_OBJ) $(RT_HDR) tests/c/test.h tests/c/hten.h
 	@mkdir -p build/ctest
 	$(CCACHE) $(CC) $(CFLAGS_RT) $(SAN) $< $(SAN_OBJ) -lm -o $@
 
-build/ctest-tsan/%: tests/c/%.c $(TSAN_OBJ) $(RT_HDR) tests/c/test.h
+build/ctest-tsan/%: tests/c/%.c $(TSAN_OBJ) $(RT_HDR) tests/c/test.h tests/c/hten.h
 	@mkdir -p build/ctest-tsan
 	$(CCACHE) $(CC) $(CFLAGS_RT) $(TSAN) $< $(TSAN_OBJ) -lm -o $@
 

@@ -16,37 +16,18 @@
  * new elementwise op is tested here without touching this file. */
 #include "kernels/kernels-impl.h"
 #include "base/base-impl.h"
+#define HTEN_SEED    0x2545F4914F6CDD1Dull
+#define HTEN_OWN_HMK /* layouts LAY_*, broadcast masks */
 #include "test.h"
+#include "hten.h"
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 
-#define GUARD 64
-#define PAT   0xA5
-
 enum { LAY_CONTIG, LAY_TRANS, LAY_PAD };
-
-typedef struct hten {
-    tpu_tensor t;
-    unsigned char *mem; /* GUARD | storage | GUARD */
-    size_t bytes;       /* storage bytes */
-} hten;
 
 static char case_desc[320];
 static long n_runs; /* fast-vs-ref comparisons made */
-
-/* ---- random numbers (xorshift64*) ---- */
-
-static uint64_t rng_s = 0x2545F4914F6CDD1Dull;
-
-static uint64_t rng_next(void) {
-    rng_s ^= rng_s >> 12;
-    rng_s ^= rng_s << 25;
-    rng_s ^= rng_s >> 27;
-    return rng_s * 0x2545F4914F6CDD1Dull;
-}
-static double urand(double lo, double hi) { return lo + (hi - lo) * (double)(rng_next() >> 11) * 0x1.0p-53; }
-static int64_t irand(int64_t n) { return (int64_t)(rng_next() % (uint64_t)n); }
 
 /* ---- value generators ---- */
 
@@ -124,44 +105,7 @@ static void hmk(hten *h, tpu_dtype dt, int nd, const int64_t *sizes, int layout,
         st *= ext > 0 ? ext : 1;
     }
     t->offset = layout == LAY_PAD ? 5 : 0;
-    h->bytes = (size_t)(t->offset + st) * tpu_dtype_size(dt);
-    h->mem = malloc(h->bytes + 2 * GUARD);
-    if (!h->mem) abort();
-    memset(h->mem, PAT, h->bytes + 2 * GUARD);
-    t->base = h->mem + GUARD;
-    t->nbytes = h->bytes;
-}
-
-static void hclone(hten *d, const hten *s) {
-    *d = *s;
-    d->mem = malloc(s->bytes + 2 * GUARD);
-    if (!d->mem) abort();
-    memcpy(d->mem, s->mem, s->bytes + 2 * GUARD);
-    d->t.base = d->mem + GUARD;
-}
-
-static void hfree(hten *h) {
-    free(h->mem);
-    h->mem = NULL;
-}
-
-static int64_t hnumel(const tpu_tensor *t) {
-    int64_t n = 1;
-    for (int d = 0; d < t->ndim; d++) n *= t->sizes[d];
-    return n;
-}
-
-static int64_t hoff(const tpu_tensor *t, int64_t lin) {
-    int64_t off = t->offset;
-    for (int d = t->ndim - 1; d >= 0; d--) {
-        off += (lin % t->sizes[d]) * t->strides[d];
-        lin /= t->sizes[d];
-    }
-    return off;
-}
-
-static void *hptr(const tpu_tensor *t, int64_t lin) {
-    return (char *)t->base + (size_t)hoff(t, lin) * tpu_dtype_size((tpu_dtype)t->dtype);
+    hstorage(h, st);
 }
 
 /* Fill every storage element (holes too: kernels must not read them as view elements). */

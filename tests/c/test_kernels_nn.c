@@ -11,120 +11,22 @@
 #include "kernels/kernels-impl.h"
 #include "vtpu/vtpu-impl.h" /* tpu_pool_register: run the matrix unit's portable path too */
 #include "test.h"
+#include "hten.h"
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 
-#define GUARD 64
-#define PAT   0xA5
-
-enum { L_CONTIG = 0, L_PERM = 1, L_PAD = 2, L_PERM_PAD = 3 };
-
-typedef struct hten {
-    tpu_tensor t;
-    unsigned char *mem; /* GUARD | storage | GUARD */
-    size_t bytes;       /* storage bytes */
-} hten;
-
 static char case_desc[256];
 static long ncompared; /* output tensors compared fast vs ref */
 
-/* ---- random numbers (xorshift64*) ---- */
-
-static uint64_t rng_s = 0x9E3779B97F4A7C15ull;
-
-static uint64_t rng_next(void) {
-    rng_s ^= rng_s >> 12;
-    rng_s ^= rng_s << 25;
-    rng_s ^= rng_s >> 27;
-    return rng_s * 0x2545F4914F6CDD1Dull;
-}
-
-static double urand(double lo, double hi) { return lo + (hi - lo) * (double)(rng_next() >> 11) * 0x1.0p-53; }
-static int64_t irand(int64_t n) { return (int64_t)(rng_next() % (uint64_t)n); }
-
 /* ---- host tensors ---- */
-
-static void hmk(hten *h, tpu_dtype dt, int ndim, const int64_t *sizes, int layout) {
-    memset(h, 0, sizeof *h);
-    tpu_tensor *t = &h->t;
-    t->dtype = dt;
-    t->ndim = ndim;
-    int64_t st = 1;
-    for (int q = 0; q < ndim; q++) {
-        int d = (layout & L_PERM) ? q : ndim - 1 - q; /* innermost first */
-        t->sizes[d] = sizes[d];
-        t->strides[d] = st;
-        int64_t ext = sizes[d] + ((layout & L_PAD) ? 1 : 0);
-        st *= ext > 0 ? ext : 1;
-    }
-    t->offset = (layout & L_PAD) ? 3 : 0;
-    h->bytes = (size_t)(t->offset + st) * tpu_dtype_size(dt);
-    h->mem = malloc(h->bytes + 2 * GUARD);
-    if (!h->mem) abort();
-    memset(h->mem, PAT, h->bytes + 2 * GUARD);
-    t->base = h->mem + GUARD;
-    t->nbytes = h->bytes;
-}
 
 static void hmk1(hten *h, tpu_dtype dt, int64_t n, int layout) { hmk(h, dt, 1, &n, layout); }
 
 /* same layout and contents */
-static void hclone(hten *d, const hten *s) {
-    *d = *s;
-    d->mem = malloc(s->bytes + 2 * GUARD);
-    if (!d->mem) abort();
-    memcpy(d->mem, s->mem, s->bytes + 2 * GUARD);
-    d->t.base = d->mem + GUARD;
-}
-
-static void hfree(hten *h) {
-    free(h->mem);
-    h->mem = NULL;
-}
-
-static int64_t hnumel(const tpu_tensor *t) {
-    int64_t n = 1;
-    for (int d = 0; d < t->ndim; d++) n *= t->sizes[d];
-    return n;
-}
-
 /* element offset of row-major element `lin` */
-static int64_t hoff(const tpu_tensor *t, int64_t lin) {
-    int64_t off = t->offset;
-    for (int d = t->ndim - 1; d >= 0; d--) {
-        off += (lin % t->sizes[d]) * t->strides[d];
-        lin /= t->sizes[d];
-    }
-    return off;
-}
-
-static void *hptr(const tpu_tensor *t, int64_t lin) {
-    return (char *)t->base + (size_t)hoff(t, lin) * tpu_dtype_size((tpu_dtype)t->dtype);
-}
-
-static double hget(const hten *h, int64_t lin) { return tpu_load_f64(hptr(&h->t, lin), (tpu_dtype)h->t.dtype); }
-static void hset(hten *h, int64_t lin, double v) { tpu_store_f64(hptr(&h->t, lin), (tpu_dtype)h->t.dtype, v); }
-
-static void hfill(hten *h, double lo, double hi) {
-    for (int64_t i = 0; i < hnumel(&h->t); i++) hset(h, i, urand(lo, hi));
-}
-
 static void hfill_int(hten *h, int64_t n) {
     for (int64_t i = 0; i < hnumel(&h->t); i++) tpu_store_i64(hptr(&h->t, i), (tpu_dtype)h->t.dtype, irand(n));
-}
-
-/* Bytes outside the view's elements still hold the pattern? */
-static bool hguards_ok(const hten *h) {
-    size_t total = h->bytes + 2 * GUARD, es = tpu_dtype_size((tpu_dtype)h->t.dtype);
-    unsigned char *mark = calloc(total, 1);
-    if (!mark) abort();
-    for (int64_t i = 0; i < hnumel(&h->t); i++) memset(mark + GUARD + (size_t)hoff(&h->t, i) * es, 1, es);
-    bool ok = true;
-    for (size_t b = 0; b < total; b++)
-        if (!mark[b] && h->mem[b] != PAT) ok = false;
-    free(mark);
-    return ok;
 }
 
 /* |fast - ref| <= rtol*|ref| + atol*max(1, max|ref|); NaN and inf must match. */

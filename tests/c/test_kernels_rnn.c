@@ -9,35 +9,18 @@
  * values and its backward against central differences of its forward, and
  * malformed launches must fail in both kernels with a message. */
 #include "kernels/kernels-impl.h"
+#define HTEN_SEED    0x2545F4914F6CDD1Dull
+#define HTEN_OWN_HMK /* 2-d matrices with L_TRANS */
 #include "test.h"
+#include "hten.h"
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 
-#define GUARD 64
-#define PAT   0xA5
-
 enum { L_CONTIG = 0, L_TRANS = 1, L_PAD = 2, L_COUNT = 3 };
-
-typedef struct hten {
-    tpu_tensor t;
-    unsigned char *mem; /* GUARD | storage | GUARD */
-    size_t bytes;
-} hten;
 
 static char case_desc[256];
 static long ncompared;
-
-/* ---- random numbers (xorshift64*) ---- */
-
-static uint64_t rng_s = 0x2545F4914F6CDD1Dull;
-
-static double urand(double lo, double hi) {
-    rng_s ^= rng_s >> 12;
-    rng_s ^= rng_s << 25;
-    rng_s ^= rng_s >> 27;
-    return lo + (hi - lo) * (double)((rng_s * 0x2545F4914F6CDD1Dull) >> 11) * 0x1.0p-53;
-}
 
 /* ---- host tensors: 2-d [r, c] (or 1-d [c] when r < 0) ---- */
 
@@ -65,55 +48,7 @@ static void hmk(hten *h, tpu_dtype dt, int64_t r, int64_t c, int layout) {
         span = r * (c + pad);
     }
     t->offset = pad ? 3 : 0;
-    h->bytes = (size_t)(t->offset + span + pad) * tpu_dtype_size(dt);
-    h->mem = malloc(h->bytes + 2 * GUARD);
-    if (!h->mem) abort();
-    memset(h->mem, PAT, h->bytes + 2 * GUARD);
-    t->base = h->mem + GUARD;
-    t->nbytes = h->bytes;
-}
-
-static void hclone(hten *d, const hten *s) {
-    *d = *s;
-    d->mem = malloc(s->bytes + 2 * GUARD);
-    if (!d->mem) abort();
-    memcpy(d->mem, s->mem, s->bytes + 2 * GUARD);
-    d->t.base = d->mem + GUARD;
-}
-
-static void hfree(hten *h) {
-    free(h->mem);
-    h->mem = NULL;
-}
-
-static int64_t hnumel(const tpu_tensor *t) { return t->ndim == 1 ? t->sizes[0] : t->sizes[0] * t->sizes[1]; }
-
-static int64_t hoff(const tpu_tensor *t, int64_t lin) {
-    if (t->ndim == 1) return t->offset + lin * t->strides[0];
-    return t->offset + (lin / t->sizes[1]) * t->strides[0] + (lin % t->sizes[1]) * t->strides[1];
-}
-
-static void *hptr(const tpu_tensor *t, int64_t lin) {
-    return (char *)t->base + (size_t)hoff(t, lin) * tpu_dtype_size((tpu_dtype)t->dtype);
-}
-
-static double hget(const hten *h, int64_t lin) { return tpu_load_f64(hptr(&h->t, lin), (tpu_dtype)h->t.dtype); }
-static void hset(hten *h, int64_t lin, double v) { tpu_store_f64(hptr(&h->t, lin), (tpu_dtype)h->t.dtype, v); }
-
-static void hfill(hten *h, double lo, double hi) {
-    for (int64_t i = 0; i < hnumel(&h->t); i++) hset(h, i, urand(lo, hi));
-}
-
-static bool hguards_ok(const hten *h) {
-    size_t total = h->bytes + 2 * GUARD, es = tpu_dtype_size((tpu_dtype)h->t.dtype);
-    unsigned char *mark = calloc(total, 1);
-    if (!mark) abort();
-    for (int64_t i = 0; i < hnumel(&h->t); i++) memset(mark + GUARD + (size_t)hoff(&h->t, i) * es, 1, es);
-    bool ok = true;
-    for (size_t b = 0; b < total; b++)
-        if (!mark[b] && h->mem[b] != PAT) ok = false;
-    free(mark);
-    return ok;
+    hstorage(h, span + pad);
 }
 
 /* |fast - ref| <= tol*|ref| + tol*max(1, max|ref|); NaN and inf must match. */
