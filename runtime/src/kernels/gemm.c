@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <math.h>
+#include <stdatomic.h>
 
 #define MR         8 /* AVX-512 and portable tile */
 #define NR         32
@@ -235,6 +236,7 @@ typedef struct gemm_job {
     void *bpack[2];             /* packed B (hi, lo): [K/KC][Npad/NR][kc][NR] */
     int64_t npanels;            /* NR-wide column panels */
     int64_t mc, mtasks, nsplit; /* tasks: mc-row blocks x column ranges */
+    atomic_bool no_scratch;     /* a task could not allocate its buffers: the launch fails */
 } gemm_job;
 
 /* Start of panel `panel` of k-block kb in packed B, in floats or bf16 pairs. */
@@ -432,8 +434,9 @@ static void task(void *ctx, int64_t tb, int64_t te) {
         free(acc);
         free(apack);
         free(tmp);
+        atomic_store(&j->no_scratch, true);
         return;
-    } /* leaves output unset */
+    }
     for (int64_t t = tb; t < te; t++) {
         int64_t mt = t / j->nsplit, nt = t % j->nsplit;
         int64_t m0 = mt * j->mc, mc = j->M - m0 < j->mc ? j->M - m0 : j->mc;
@@ -492,7 +495,7 @@ static void task(void *ctx, int64_t tb, int64_t te) {
 #define GEMV_KMIN 64 /* fewest rows of B per k range when the rows layout splits k */
 
 typedef struct gemv_job {
-    const gemm_job *j; /* shapes, A and B of batch 0, the kernel's args */
+    gemm_job *j; /* shapes, A and B of batch 0, the kernel's args */
     const tpu_tensor *A, *B;
     bool dot, avx2;         /* avx2: the AVX2-FMA kernels, else plain C (TPU_MXU=portable) */
     int64_t ncol, nt;       /* columns per chunk, chunks per batch */
@@ -614,7 +617,10 @@ static void gemv_task(void *ctx, int64_t tb, int64_t te) {
     int64_t M = j->M, K = j->K, N = j->N, ldc = g->ncol;
     int64_t blen = g->dot ? K : ldc; /* floats per buffered row of B */
     float *a = malloc(sizeof(float) * (size_t)(M * K + M * ldc + ldc + 4 * blen + 1));
-    if (!a) return; /* leaves the output unset */
+    if (!a) {
+        atomic_store(&g->j->no_scratch, true);
+        return;
+    }
     float *acc = a + M * K, *crow = acc + M * ldc, *bbuf = crow + ldc;
     int64_t loaded = -1; /* batch whose rows of A are in a */
     size_t esz = tpu_dtype_size((tpu_dtype)B->dtype);
@@ -660,7 +666,10 @@ static void gemv_finish(void *ctx, int64_t ub, int64_t ue) {
     const gemv_job *g = ctx;
     int64_t M = g->j->M, N = g->j->N, ldc = g->ncol, sz = M * ldc;
     float *acc = malloc(sizeof(float) * (size_t)(sz + ldc));
-    if (!acc) return;
+    if (!acc) {
+        atomic_store(&g->j->no_scratch, true);
+        return;
+    }
     for (int64_t u = ub; u < ue; u++) {
         int64_t n0 = u % g->nt * g->ncol, nc = N - n0 < g->ncol ? N - n0 : g->ncol;
         const float *p = g->part + u * g->ksplit * sz;
@@ -704,7 +713,7 @@ static tpu_status gemv_run(tpu_kargs *a, gemm_job *j, const tpu_tensor *A, const
     tpu_parallel_for(ntask, 1, gemv_task, &g);
     if (g.part) tpu_parallel_for(nb * g.nt, 1, gemv_finish, &g);
     free(g.part);
-    return TPU_OK;
+    return atomic_load(&j->no_scratch) ? tpu_kernel_fail(a, "out of scratch memory for matmul") : TPU_OK;
 }
 
 /* float64 (and anything else): straightforward, exact in double. Rows of B
@@ -716,7 +725,10 @@ static void gemm_f64_rows(void *ctx, int64_t rb, int64_t re) {
     tpu_args_MATMUL prm = tpu_unpack_MATMUL(&a->p);
     size_t N = (size_t)(j->N ? j->N : 1);
     double *row = malloc(sizeof(double) * 2 * N), *brow = row + N;
-    if (!row) return;
+    if (!row) {
+        atomic_store(&j->no_scratch, true);
+        return;
+    }
     for (int64_t i = rb; i < re; i++) {
         for (int64_t q = 0; q < j->N; q++) row[q] = 0;
         for (int64_t k = 0; k < j->K; k++) {
@@ -745,6 +757,7 @@ static tpu_status gemm_run(tpu_kargs *a, const conv_src *cv) {
     const tpu_tensor *o = &a->t[0], *A = &a->t[1], *B = &a->t[2];
     gemm_job j;
     memset(&j, 0, sizeof j);
+    atomic_init(&j.no_scratch, false);
     j.a = a;
     j.cv = cv;
     j.M = o->sizes[1];
@@ -799,7 +812,7 @@ static tpu_status gemm_run(tpu_kargs *a, const conv_src *cv) {
         tpu_parallel_for(j.mtasks * j.nsplit, 1, task, &j);
     }
     for (int q = 0; q < nb; q++) free(j.bpack[q]);
-    return TPU_OK;
+    return atomic_load(&j.no_scratch) ? tpu_kernel_fail(a, "out of scratch memory for matmul") : TPU_OK;
 }
 
 /* A tensor descriptor as a 3-d (1, r, c) matrix at element offset off with
