@@ -36,7 +36,9 @@ csrc/ and out of this table.
   ``binary_cross_entropy`` (+ backward; the input's [0, 1] range is checked as
   the CPU checks it, which costs a host read), ``huber_loss`` and
   ``smooth_l1_loss`` (+ backward), ``nansum`` (and so ``nanmean``),
-  ``count_nonzero``, ``renorm``, ``threshold``, ``norm.out``
+  ``count_nonzero``, ``renorm``, ``linalg.matrix_exp`` (Higham's Pade 13
+  scaling and squaring in float64 from native matmuls and solve: PyTorch's
+  kernel builds its coefficients on the CPU for any device but CUDA), ``threshold``, ``norm.out``
   (``F.pairwise_distance``, the triplet margin losses), ``heaviside`` (with
   the CPU's dtype checks), ``rrelu_with_noise_backward``.
 - Compositions of native ops with the CPU kernels' checks and words, equal to
@@ -120,6 +122,8 @@ csrc/ and out of this table.
   in float32 for the half types, where the CPU rounds in them) and
   ``adaptive_max_pool3d`` (+ backward; the same first-max / last-NaN choice).
 """
+import math
+
 import torch
 from torch._decomp import decomposition_table
 from torch._prims_common import suggest_memory_format
@@ -285,6 +289,51 @@ def _equal(a, b):
     if a.shape != b.shape:
         return False
     return bool(torch.eq(a, b).all().item())
+
+
+# Pade (13, 13) coefficients and the 1-norm up to which it is accurate to float64's rounding
+# (Higham, "The scaling and squaring method for the matrix exponential revisited", 2005, table 2.3).
+_PADE13 = (64764752532480000.0, 32382376266240000.0, 7771770303897600.0, 1187353796428800.0, 129060195264000.0,
+           10559470521600.0, 670442572800.0, 33522128640.0, 1323241920.0, 40840800.0, 960960.0, 16380.0, 182.0, 1.0)
+_THETA13 = 5.371920351148152
+
+
+def _matrix_exp(a):
+    """linalg.matrix_exp by scaling and squaring with Higham's Pade (13, 13) approximant, in float64 on the
+    tpu (matmuls and one linalg.solve) whatever the input's float dtype, rounded once at the end. PyTorch's
+    own kernel cannot serve this device: it builds its polynomial coefficients on the CPU for every device
+    but CUDA's. The number of squarings (the largest of the batch) is read back to the host, as CUDA's
+    kernel reads its norms. Autograd uses PyTorch's formula, which calls this on a 2n x 2n block matrix.
+    float32 results are closer to float64's than the CPU's (OpInfo's samples: 1e-9 against 3e-4), and in
+    bfloat16 the CPU's kernel returns NaN for OpInfo's samples (exponentials near 9e4), this one the value."""
+    if a.dim() < 2:
+        raise RuntimeError("linalg.matrix_exp: The input tensor A must have at least 2 dimensions.")
+    if a.shape[-1] != a.shape[-2]:
+        raise RuntimeError(f"linalg.matrix_exp: A must be batches of square matrices, but they are "
+                           f"{a.shape[-2]} by {a.shape[-1]} matrices")
+    if not a.is_floating_point():
+        raise RuntimeError(f"linalg.matrix_exp: Expected a floating point or complex tensor as input. "
+                           f"Got {_dtype_name(a.dtype)}")
+    n = a.shape[-1]
+    if a.numel() == 0:
+        return a.clone()
+    if n == 1:
+        return a.exp()
+    x = a.to(torch.float64)
+    norm = float(x.detach().abs().sum(-2).amax(-1).max().item())
+    s = max(0, math.ceil(math.log2(norm / _THETA13))) if math.isfinite(norm) and norm > 0 else 0
+    x = x / (2.0 ** s)
+    b = _PADE13
+    eye = torch.eye(n, dtype=x.dtype, device=x.device)
+    x2 = x @ x
+    x4 = x2 @ x2
+    x6 = x4 @ x2
+    u = x @ (x6 @ (b[13] * x6 + b[11] * x4 + b[9] * x2) + b[7] * x6 + b[5] * x4 + b[3] * x2 + b[1] * eye)
+    v = x6 @ (b[12] * x6 + b[10] * x4 + b[8] * x2) + b[6] * x6 + b[4] * x4 + b[2] * x2 + b[0] * eye
+    r = torch.linalg.solve(v - u, v + u)
+    for _ in range(s):
+        r = r @ r
+    return r.to(a.dtype).contiguous()   # solve's result is column-major; the CPU returns row-major
 
 
 def _fused_sgd(params, grads, momentum_buffer_list, *, weight_decay, momentum, lr, dampening, nesterov, maximize,
@@ -2016,6 +2065,8 @@ _ROWS = [
     ("sgn", "default", _sgn),
     ("repeat_interleave", "Tensor", _repeat_interleave),
     ("equal", "default", _equal),
+    ("linalg_matrix_exp", "default", _matrix_exp),
+    ("linalg_matrix_exp", "out", _out(_matrix_exp)),
     ("_fused_sgd_", "default", _fused_sgd),
     ("avg_pool2d", "default", _avg_pool2d),
     ("masked_scatter_", "default", _masked_scatter_),

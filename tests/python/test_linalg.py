@@ -213,6 +213,28 @@ def test_inv_solve_det(dtype):
     check(torch.linalg.det, A.mT[..., ::1])
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_matrix_exp(dtype):
+    # the 1x1 shortcut, small and large norms (no squaring; several), a zero matrix, a batch mixing them,
+    # a transposed view; torch.matrix_exp is the same op
+    check(torch.linalg.matrix_exp, rand((1, 1), dtype))
+    check(torch.linalg.matrix_exp, rand((2, 2), dtype))
+    check(torch.linalg.matrix_exp, 0.01 * rand((5, 5), dtype))
+    check(torch.linalg.matrix_exp, 3 * rand((6, 6), dtype))
+    check(torch.linalg.matrix_exp, torch.zeros((4, 4), dtype=dtype))
+    check(torch.linalg.matrix_exp, torch.stack([0.05 * rand((4, 4), dtype), 2 * rand((4, 4), dtype, seed=2)]))
+    check(torch.matrix_exp, rand((3, 3), dtype).mT)
+
+
+def test_matrix_exp_errors_and_non_finite():
+    assert same_error(torch.linalg.matrix_exp, rand((2, 3), torch.float32)) is RuntimeError
+    assert same_error(torch.linalg.matrix_exp, torch.ones((3, 3), dtype=torch.int64)) is RuntimeError
+    assert same_error(torch.linalg.matrix_exp, rand((3,), torch.float32)) is RuntimeError
+    for v in (float("nan"), float("inf")):
+        a = torch.full((3, 3), v)
+        assert_close(torch.linalg.matrix_exp(a.to(D)), torch.linalg.matrix_exp(a))   # NaN positions compared
+
+
 # ---------------------------------------------------------------- Householder QR
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", [(5, 3), (3, 5), (2, 4, 4)])
