@@ -430,6 +430,94 @@ static void test_row_values_feed_the_row(void) {
             }
 }
 
+/* y = layer_norm(x * 0.5) [* w] [+ b] + x, over the last dim; mean and
+ * rstd kept (as autograd keeps them) or freed before the sync. out: y's
+ * bytes, and mean's and rstd's (kept) back to back. */
+static unsigned char *run_ln_chain(tpu_dtype dt, int64_t rows, int64_t n, bool hw, bool hb, bool keep,
+                                   tpu_eager_mode mode, size_t *bytes, unsigned char **stats) {
+    CHECK_OK(tpu_set_eager_mode(mode));
+    int64_t sz[2] = {rows, n}, osz[2] = {rows, 1}, wsz[1] = {n};
+    double *xv = malloc((size_t)(rows * n) * sizeof *xv), *wv = malloc((size_t)n * sizeof *wv);
+    double *bv = malloc((size_t)n * sizeof *bv);
+    rng_s = 0x5eedull + (uint64_t)(n * 7 + rows);
+    for (int64_t i = 0; i < rows * n; i++) xv[i] = i == 5 ? NAN : i == 2 * n + 1 ? -INFINITY : urand(-3, 3) + 100.0;
+    for (int64_t i = 0; i < n; i++) wv[i] = urand(0.5, 1.5), bv[i] = urand(-1, 1);
+    tpu_tensor x = dev_tensor(dt, 2, sz, xv), w = dev_tensor(dt, 1, wsz, wv), b = dev_tensor(dt, 1, wsz, bv);
+    free(xv), free(wv), free(bv);
+    tpu_tensor t1 = like(&x, dt), yl = like(&x, dt), y = like(&x, dt);
+    tpu_tensor mean = dev_tensor(dt, 2, osz, NULL), rstd = dev_tensor(dt, 2, osz, NULL);
+    tpu_tensor a1[] = {t1, x, tpu_tensor_scalar_f(0.5, TPU_F64)}, a3[] = {y, yl, x};
+    tpu_tensor a2[6] = {yl, mean, rstd, t1};
+    int na = 4;
+    if (hw) a2[na++] = w;
+    if (hb) a2[na++] = b;
+    launch(TPU_OP_MUL, a1, 3, (tpu_params){0}, dt);
+    launch(TPU_OP_LAYER_NORM, a2, na, TPU_PARAMS(LAYER_NORM, .cols = n, .has_weight = hw, .has_bias = hb, .eps = 1e-5),
+           dt);
+    launch(TPU_OP_ADD, a3, 3, TPU_PARAMS(ADD, .alpha = 1), dt);
+    CHECK_OK(tpu_free(t1.base));
+    CHECK_OK(tpu_free(yl.base));
+    if (!keep) {
+        CHECK_OK(tpu_free(mean.base));
+        CHECK_OK(tpu_free(rstd.base));
+    }
+    CHECK_OK(tpu_stream_synchronize(tpu_stream_current(0)));
+    *bytes = (size_t)(rows * n) * tpu_dtype_size(dt);
+    unsigned char *h = download(&y);
+    *stats = NULL;
+    if (keep) {
+        size_t rb = (size_t)rows * tpu_dtype_size(dt);
+        unsigned char *m = download(&mean), *r = download(&rstd);
+        *stats = malloc(2 * rb);
+        memcpy(*stats, m, rb), memcpy(*stats + rb, r, rb);
+        free(m), free(r);
+        CHECK_OK(tpu_free(mean.base));
+        CHECK_OK(tpu_free(rstd.base));
+    }
+    tpu_tensor all[] = {x, w, b, y};
+    for (int i = 0; i < 4; i++) CHECK_OK(tpu_free(all[i].base));
+    return h;
+}
+
+/* A layer norm over the last dim runs inside its producers' group on the
+ * rows the group holds (the kernel's row function): y, mean and rstd equal
+ * Strict's bit for bit; its input and its y are never stored. */
+static void test_layer_norm_fuses_bit_for_bit(void) {
+    const tpu_dtype dts[] = {TPU_F32, TPU_BF16, TPU_F16};
+    const int64_t shapes[][2] = {{12, 64}, {33, 500}, {3, 4096}, {2, 16384}, {1, 777}};
+    int cases = 0;
+    for (int d = 0; d < 3; d++)
+        for (int k = 0; k < 5; k++)
+            for (int aff = 0; aff < 4; aff++)
+                for (int keep = 0; keep < 2; keep++) {
+                    bool hw = aff & 1, hb = aff & 2;
+                    size_t nb_s = 0, nb_f = 0, rb = 2 * (size_t)shapes[k][0] * tpu_dtype_size(dts[d]);
+                    unsigned char *ss = NULL, *sf = NULL;
+                    tpu_fused_stats s0, s1;
+                    unsigned char *hs =
+                        run_ln_chain(dts[d], shapes[k][0], shapes[k][1], hw, hb, keep, TPU_EAGER_STRICT, &nb_s, &ss);
+                    tpu_fused_get_stats(&s0);
+                    unsigned char *hf =
+                        run_ln_chain(dts[d], shapes[k][0], shapes[k][1], hw, hb, keep, TPU_EAGER_FUSED, &nb_f, &sf);
+                    tpu_fused_get_stats(&s1);
+                    CHECK_OK(tpu_set_eager_mode(TPU_EAGER_STRICT));
+                    CHECK_MSG(nb_s == nb_f && memcmp(hs, hf, nb_s) == 0 && (!keep || memcmp(ss, sf, rb) == 0),
+                              "layer_norm %s [%lld x %lld] w%d b%d keep%d: fused differs from strict",
+                              tpu_dtype_name(dts[d]), (long long)shapes[k][0], (long long)shapes[k][1], hw, hb, keep);
+                    CHECK_MSG(s1.ops_fused - s0.ops_fused == 3 && s1.groups_run - s0.groups_run == 1 &&
+                                  s1.kernels_run == s0.kernels_run &&
+                                  s1.results_never_stored - s0.results_never_stored == 2,
+                              "layer_norm %s [%lld x %lld]: %llu of 3 fused in %llu groups, %llu kernels",
+                              tpu_dtype_name(dts[d]), (long long)shapes[k][0], (long long)shapes[k][1],
+                              (unsigned long long)(s1.ops_fused - s0.ops_fused),
+                              (unsigned long long)(s1.groups_run - s0.groups_run),
+                              (unsigned long long)(s1.kernels_run - s0.kernels_run));
+                    free(hs), free(hf), free(ss), free(sf);
+                    cases++;
+                }
+    printf("     %d (dtype, shape, affine, saved stats) cases fused and compared\n", cases);
+}
+
 /* ---- a chain with broadcasts, scalars, casts, in-place ops ---- */
 
 typedef struct chain_out {
@@ -793,6 +881,7 @@ int main(void) {
     RUN_TEST(test_tables_bool_input_and_size);
     RUN_TEST(test_row_reductions_fuse_bit_for_bit);
     RUN_TEST(test_row_values_feed_the_row);
+    RUN_TEST(test_layer_norm_fuses_bit_for_bit);
     RUN_TEST(test_chain_broadcast_scalar_cast_inplace);
     RUN_TEST(test_plan_cache);
     RUN_TEST(test_plan_cache_many_storages);

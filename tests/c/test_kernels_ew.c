@@ -1395,6 +1395,70 @@ static void test_ew_ops(void) {
         if (tpu_op_family_of((tpu_op)op) == TPU_FAM_EW && ew_kind((tpu_op)op) != K_SPECIAL) ew_test_op((tpu_op)op);
 }
 
+/* The float tile functions are built once per ISA (AVX-512F + FMA, AVX2 +
+ * FMA, baseline C) and must give the same bits on each: every float-domain
+ * op of ops.def, rounded to float and to bfloat16 in the loop, over inputs
+ * with NaN, infinities, zeros, subnormals, huge and tiny values. Variants
+ * the host cannot run are skipped (and said so). */
+static void test_ew_isa_variants_agree(void) {
+    enum { N = 1024 };
+    static float x[N], y[N], z[N], want[N], got[N];
+    static const float special[] = {NAN,     INFINITY,        -INFINITY, 0.0f,     -0.0f, 1e-45f,
+                                    -1e-40f, 1.17549435e-38f, 3.4e38f,   -3.4e38f, 88.7f, 88.73f,
+                                    -87.3f,  -103.9f,         -104.0f,   0.5f,     -0.5f, 1.0f};
+    const int nsp = (int)(sizeof special / sizeof *special);
+    uint64_t st = 0x9E3779B97F4A7C15ull;
+    for (int i = 0; i < N; i++) {
+        float v[3];
+        for (int k = 0; k < 3; k++) {
+            st = st * 6364136223846793005ull + 1442695040888963407ull;
+            uint32_t r = (uint32_t)(st >> 33);
+            float u = (float)(r & 0xffffff) / 16777216.0f;
+            v[k] = (r >> 24) % 8 == 0  ? special[(r >> 27) % nsp]
+                   : (r >> 24) % 8 < 4 ? 20.0f * u - 10.0f
+                                       : 200.0f * u - 100.0f;
+        }
+        x[i] = v[0], y[i] = v[1], z[i] = v[2];
+    }
+    unsigned f = tpu_cpu_features();
+    int host[3] = {1, (f & TPU_CPU_AVX2) && (f & TPU_CPU_FMA), (f & TPU_CPU_AVX512F) && (f & TPU_CPU_FMA)};
+    static const char *const names[3] = {"baseline", "AVX2+FMA", "AVX-512F+FMA"};
+    for (int isa = 1; isa < 3; isa++)
+        if (!host[isa]) printf("  skipped: the %s build (this CPU lacks it)\n", names[isa]);
+    int saved = tpu_ew_get_isa(), nops = 0;
+    for (int op = 0; op < TPU_OP_COUNT; op++) {
+        int kind = tpu_op_family_of((tpu_op)op) == TPU_FAM_EW ? ew_kind((tpu_op)op) : K_SPECIAL;
+        if (kind != K_FLOAT && kind != K_BOOL_OUT && kind != K_INT) continue;
+        tpu_params pv[EW_MAX_PV];
+        tpu_ew_par par;
+        memset(&par, 0, sizeof par);
+        if (ew_params((tpu_op)op, pv) > 0)
+            for (int j = 0; j < 6; j++) par.ff[j] = (float)pv[0].f[j], par.fd[j] = pv[0].f[j];
+        for (int bf = 0; bf < 2; bf++) {
+            tpu_ew_set_isa(TPU_EW_ISA_BASE);
+            (bf ? tpu_ew_tile_f_bf16 : tpu_ew_tile_f)((tpu_op)op, N, want, x, y, z, &par);
+            for (int isa = 1; isa < 3; isa++) {
+                if (!host[isa]) continue;
+                tpu_ew_set_isa(isa);
+                (bf ? tpu_ew_tile_f_bf16 : tpu_ew_tile_f)((tpu_op)op, N, got, x, y, z, &par);
+                for (int i = 0; i < N; i++) {
+                    uint32_t a, b;
+                    memcpy(&a, &want[i], 4);
+                    memcpy(&b, &got[i], 4);
+                    if (a == b || (want[i] != want[i] && got[i] != got[i])) continue;
+                    CHECK(a == b);
+                    fprintf(stderr, "  %s%s: %s gives %a, baseline %a at x=%a y=%a z=%a\n", tpu_op_name((tpu_op)op),
+                            bf ? " (bf16)" : "", names[isa], got[i], want[i], x[i], y[i], z[i]);
+                    break;
+                }
+            }
+        }
+        nops++;
+    }
+    tpu_ew_set_isa(saved);
+    CHECK(nops > 100);
+}
+
 /* Inputs of different dtypes promoted to a common compute dtype. */
 static void test_ew_mixed(void) {
     static const struct {
@@ -1962,6 +2026,7 @@ int main(void) {
     RUN_TEST(test_golden_ew_i64);
     RUN_TEST(test_golden_reduce);
     RUN_TEST(test_ew_ops);
+    RUN_TEST(test_ew_isa_variants_agree);
     RUN_TEST(test_ew_mixed);
     RUN_TEST(test_ew_rank0_input);
     RUN_TEST(test_ew_copy);

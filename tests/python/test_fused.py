@@ -161,6 +161,75 @@ def test_row_reductions_fuse_with_their_producers(dtype):
     assert st["fused_groups_run"] == 1 and st["kernels_run"] == 0 and st["ops_fused"] == st["ops_recorded"]
 
 
+def _ln_block(x, bias, res, ln, p_drop):
+    h = torch.nn.functional.gelu(x + bias)
+    h = torch.nn.functional.dropout(h, p=p_drop, training=p_drop > 0)
+    return ln(h + res) * 0.5 + 1   # a consumer of y in the same pass
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("affine", [True, False])
+def test_layer_norm_fuses_with_producers_and_consumers(dtype, affine):
+    """layer_norm over the last dim runs inside the group that computes its
+    input, on the rows it holds, with the kernel's own row function: y, and
+    the mean / rstd autograd saves, equal Strict's bit for bit (forward and
+    backward), and its input (h + res) is never stored in inference."""
+    g = torch.Generator().manual_seed(5)
+    H = 384
+    x, res = torch.randn(3, 17, H, generator=g).to(dtype), torch.randn(3, 17, H, generator=g).to(dtype)
+    bias, gy = torch.randn(H, generator=g).to(dtype), torch.randn(3, 17, H, generator=g).to(dtype)
+    ln0 = torch.nn.LayerNorm(H, elementwise_affine=affine, dtype=dtype)
+    if affine:
+        with torch.no_grad():
+            ln0.weight.copy_(torch.randn(H, generator=g))
+            ln0.bias.copy_(torch.randn(H, generator=g))
+
+    def run(mode, train):
+        with torch_tpu.eager_mode(mode):
+            ln = torch.nn.LayerNorm(H, elementwise_affine=affine, device="tpu", dtype=dtype)
+            ln.load_state_dict(ln0.state_dict())
+            xt, rt, bt = (t.to("tpu").requires_grad_(train) for t in (x, res, bias))
+            torch.manual_seed(7)
+            torch_tpu.synchronize()
+            torch_tpu.reset_fused_stats()
+            y = _ln_block(xt, bt, rt, ln, 0.1 if train else 0.0)
+            torch_tpu.synchronize(y)
+            st = torch_tpu.fused_stats()
+            out = [y.detach().cpu()]
+            if train:
+                y.backward(gy.to("tpu"))
+                out += [xt.grad.cpu(), rt.grad.cpu(), bt.grad.cpu()]
+                out += [p.grad.cpu() for p in ln.parameters()]
+            return out, st
+
+    for train in (True, False):
+        strict, _ = run("strict", train)
+        fused, st = run("fused", train)
+        for a, b in zip(strict, fused):
+            assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+        assert st["kernels_run"] == 0 and st["ops_fused"] == st["ops_recorded"]
+    assert st["fused_groups_run"] == 1  # inference: one pass, x, bias, res and the weights in, y out
+    ref = _ln_block(x.float(), bias.float(), res.float(), ln0.float(), 0.0)
+    tol = dict(rtol=0.02, atol=0.05) if dtype != torch.float32 else dict(rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(fused[0].float(), ref, **tol)
+
+
+@pytest.mark.parametrize("shape,nshape", [((4, 8, 16), (8, 16)), ((5, 40), (40,)), ((2, 3, 20000), (20000,))])
+def test_layer_norm_shapes_the_group_cannot_hold_still_equal_strict(shape, nshape):
+    """Over several dims, a short row or a row longer than a group holds: the
+    kernel runs alone, with the same results."""
+    x = torch.randn(*shape)
+    w, b = torch.randn(*nshape), torch.randn(*nshape)
+
+    def run(mode):
+        with torch_tpu.eager_mode(mode):
+            xt = x.to("tpu")
+            y = torch.nn.functional.layer_norm(torch.tanh(xt), nshape, w.to("tpu"), b.to("tpu"))
+            return y.cpu()
+
+    assert torch.equal(run("strict"), run("fused"))
+
+
 def test_dead_intermediates_lower_peak_memory():
     n = 1 << 18
 

@@ -22,8 +22,9 @@
  * over one iteration space (and row reductions - a sum, mean, max or min
  * over the last dim whose kernel would fold the same contiguous row - with
  * ops over their one-value-per-row results and ops reading those back over
- * the row; the group then runs a row per tile), or a single node run by
- * its fast kernel. Inside
+ * the row; layer norms over the last dim, through their kernel's own row
+ * function, with mean and rstd stored only if something needs them; the
+ * group then runs a row per tile), or a single node run by its fast kernel. Inside
  * a group an operand is either loaded from memory, a host scalar, or the
  * value an earlier node of the group computed for the same view (never
  * reloaded); a node joins only if every storage the group writes is

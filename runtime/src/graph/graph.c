@@ -380,10 +380,36 @@ static bool fusible_row_reduction(const tpu_kargs *a) {
     return n >= GR_ROW_MIN && n <= GR_ROW_MAX;
 }
 
+/* A layer norm over the last dim that a group can run on the row it holds
+ * (interp.c: the kernel's own row function, tpu_ln_row_f): float operands,
+ * weight and bias contiguous, outputs not expanded. */
+static bool is_layer_norm(const tpu_kargs *a) { return a->op == TPU_OP_LAYER_NORM; }
+static bool fusible_layer_norm(const tpu_kargs *a) {
+    tpu_args_LAYER_NORM q = tpu_unpack_LAYER_NORM(&a->p);
+    const tpu_tensor *x = &a->t[3];
+    if (a->n != 4 + (q.has_weight != 0) + (q.has_bias != 0) || x->is_scalar || x->ndim < 1) return false;
+    int64_t M = x->sizes[x->ndim - 1];
+    if (q.cols != M || M < GR_ROW_MIN || M > GR_ROW_MAX) return false;
+    if (a->t[0].ndim != x->ndim || !tpu_gr_row_shaped(x, &a->t[1]) || !tpu_gr_row_shaped(x, &a->t[2])) return false;
+    for (int d = 0; d < x->ndim; d++)
+        if (a->t[0].sizes[d] != x->sizes[d]) return false;
+    for (int k = 0; k < a->n; k++) {
+        const tpu_tensor *t = &a->t[k];
+        tpu_dtype dt = (tpu_dtype)t->dtype;
+        if (t->is_scalar || (dt != TPU_F32 && dt != TPU_BF16 && dt != TPU_F16)) return false;
+        if (k >= 4 && (t->ndim != 1 || t->sizes[0] != M || t->strides[0] != 1)) return false; /* weight, bias */
+        if (k < 3)
+            for (int d = 0; d < t->ndim; d++)
+                if (t->sizes[d] > 1 && t->strides[d] == 0) return false; /* an expanded output */
+    }
+    return true;
+}
+
 /* A node the interpreter can run inside a group. */
 static bool fusible(const tpu_kargs *a, tpu_ew_par *par) {
     memset(par, 0, sizeof *par);
     if (is_reduction(a)) return fusible_row_reduction(a);
+    if (is_layer_norm(a)) return fusible_layer_norm(a);
     if (tpu_op_infos[a->op].nout != 1) return false;
     if (is_random(a->op) ? !fusible_random(a) : !tpu_ew_prepare_f(a, par)) return false;
     const tpu_tensor *o = &a->t[0];
@@ -401,7 +427,8 @@ enum { V_LOAD, V_CONST, V_OP };
 typedef struct gval {
     int kind, op, last_use, mem, node, k;
     int16_t slot;
-    bool row; /* a row reduction's result: one value per row, not readable inside the group */
+    bool row;    /* a row reduction's result: one value per row, not readable inside the group */
+    bool noread; /* a layer norm's mean or rstd: stored if needed, never read inside the group */
 } gval;
 
 /* A view the group has touched, and the value it holds now; entries of
@@ -460,8 +487,8 @@ static bool build_reserve(gbuild *b) {
     return grow((void **)&b->ops, &b->capops, b->nops + 1, sizeof *b->ops) &&
            grow((void **)&b->inval, &b->capin, 3 * (b->nops + 1), sizeof *b->inval) &&
            grow((void **)&b->outval, &b->capout, b->nops + 1, sizeof *b->outval) &&
-           grow((void **)&b->vals, &b->capvals, b->nvals + 4, sizeof *b->vals) &&
-           grow((void **)&b->ent, &b->capent, b->nent + 4, sizeof *b->ent);
+           grow((void **)&b->vals, &b->capvals, b->nvals + 8, sizeof *b->vals) &&
+           grow((void **)&b->ent, &b->capent, b->nent + 8, sizeof *b->ent);
 }
 
 static int find_ent(const gbuild *b, const tpu_tensor *t) {
@@ -542,31 +569,37 @@ static int new_val(gbuild *b, int kind, int op) {
 static bool try_join(gbuild *b, int i, const tpu_ew_par *par) {
     const tpu_kargs *a = &b->nodes[i];
     const tpu_tensor *o = &a->t[0];
-    bool red = is_reduction(a), rowop = false;
+    bool red = is_reduction(a), ln = is_layer_norm(a), rowop = false;
     const tpu_tensor *space = red ? &a->t[1] : o; /* a row reduction runs over its input's elements */
+    int nout = ln ? 3 : 1;                        /* a layer norm: y, mean, rstd */
     if (b->nops >= GR_MAX_OPS) return false;
     if (b->nops > 0) {
         const tpu_tensor *o0 = group_space(b);
         bool same = o0->ndim == space->ndim;
         for (int d = 0; same && d < space->ndim; d++) same = o0->sizes[d] == space->sizes[d];
         /* in row mode an op over the row space computes one value per row (a row value) */
-        rowop = !same && !red && b->rows && !is_random(a->op) && tpu_gr_row_shaped(o0, o);
+        rowop = !same && !red && !ln && b->rows && !is_random(a->op) && tpu_gr_row_shaped(o0, o);
         if (!same && !rowop) return false;
     }
-    int nin = is_random(a->op) ? 0 : a->n - 1, newloads = 0; /* (bernoulli's p is read from the node) */
-    int rowin[3] = {-1, -1, -1};                             /* inputs reading a row value expanded over the row */
+    int nin = is_random(a->op) ? 0 : a->n - nout, newloads = 0; /* (bernoulli's p is read from the node) */
+    int rowin[3] = {-1, -1, -1};                                /* inputs reading a row value expanded over the row */
     for (int j = 0; j < nin; j++) {
-        const tpu_tensor *t = &a->t[1 + j];
+        const tpu_tensor *t = &a->t[nout + j];
         int e = t->is_scalar ? -1 : find_ent(b, t);
         if (e < 0 && !t->is_scalar && !rowop && (e = find_row_ent(b, t)) >= 0) rowin[j] = e;
+        if (e >= 0 && b->vals[b->ent[e].val].noread) return false;
         if (e >= 0 && rowin[j] < 0 && b->vals[b->ent[e].val].row && !rowop) return false; /* (not over the row) */
-        if (red && e >= 0 && b->vals[b->ent[e].val].row) return false; /* folds values over the row */
+        if ((red || ln) && e >= 0 && b->vals[b->ent[e].val].row) return false; /* folds values over the row */
         if (t->is_scalar || e >= 0) continue;
-        if (base_written(b, t->base)) return false;               /* another view of a result */
-        if (t->base == o->base && !same_view(t, o)) return false; /* partly in place */
+        if (base_written(b, t->base)) return false; /* another view of a result */
+        for (int k = 0; k < nout; k++)
+            if (t->base == a->t[k].base && (k > 0 || !same_view(t, o))) return false; /* partly in place */
         newloads++;
     }
-    if (!base_only_view(b, o)) return false;
+    for (int k = 0; k < nout; k++)
+        if (!base_only_view(b, &a->t[k])) return false;
+    for (int k = 1; k < nout; k++)
+        if (a->t[k].base == o->base || (k == 2 && a->t[2].base == a->t[1].base)) return false;
     if (b->nloads + newloads > GR_MAX_LOADS || !build_reserve(b)) return false;
     if (2 * (b->map->used + 4) > b->map->mask) return false; /* the shared map is full */
 
@@ -579,11 +612,13 @@ static bool try_join(gbuild *b, int i, const tpu_ew_par *par) {
     g->random = is_random(a->op);
     g->red = red;
     g->rowop = rowop;
-    b->rows = b->rows || red;
+    g->ln = ln;
+    g->lnstore[0] = g->lnstore[1] = -1;
+    b->rows = b->rows || red || ln;
     g->round = (tpu_dtype)o->dtype;
     for (int j = 0; j < 3; j++) b->inval[3 * op + j] = -1;
     for (int j = 0; j < nin; j++) {
-        const tpu_tensor *t = &a->t[1 + j];
+        const tpu_tensor *t = &a->t[nout + j];
         int v;
         if (t->is_scalar) {
             v = new_val(b, V_CONST, op);
@@ -595,7 +630,7 @@ static bool try_join(gbuild *b, int i, const tpu_ew_par *par) {
                 e = add_ent(b, t, new_val(b, V_LOAD, op));
                 b->nloads++;
                 b->vals[b->ent[e].val].node = i;
-                b->vals[b->ent[e].val].k = 1 + j;
+                b->vals[b->ent[e].val].k = nout + j;
             }
             v = b->ent[e].val;
         }
@@ -609,6 +644,14 @@ static bool try_join(gbuild *b, int i, const tpu_ew_par *par) {
     b->ent[e].val = v;
     b->ent[e].written = true;
     b->outval[op] = v;
+    for (int k = 1; k < nout; k++) { /* a layer norm's mean and rstd */
+        int w = new_val(b, V_OP, op);
+        b->vals[w].row = b->vals[w].noread = true;
+        int ek = find_ent(b, &a->t[k]);
+        if (ek < 0) ek = add_ent(b, &a->t[k], w);
+        b->ent[ek].val = w;
+        b->ent[ek].written = true;
+    }
     return true;
 }
 
@@ -628,8 +671,8 @@ static bool finish_group(gbuild *b, gr_group *g) {
     memset(g, 0, sizeof *g);
     g->ops = malloc((size_t)b->nops * sizeof *g->ops);
     g->cst = malloc((size_t)(b->nvals + 1) * sizeof *g->cst);
-    g->mem = malloc((size_t)(b->nloads + b->nops) * sizeof *g->mem);
-    slots s = {malloc((size_t)(b->nvals + 2) * sizeof(int16_t)), 0, 1}; /* slot 0: zeros */
+    g->mem = malloc((size_t)(b->nloads + 3 * b->nops) * sizeof *g->mem); /* (a layer norm stores 3) */
+    slots s = {malloc((size_t)(b->nvals + 2) * sizeof(int16_t)), 0, 1};  /* slot 0: zeros */
     if (!g->ops || !g->cst || !g->mem || !s.free) {
         free(g->ops);
         free(g->cst);
@@ -661,9 +704,18 @@ static bool finish_group(gbuild *b, gr_group *g) {
             o->in[j] = val->slot;
         }
         gval *out = &b->vals[b->outval[op]];
-        bool store = o->store == -2;
+        bool store = o->store == -2, side = false;
         o->store = -1;
-        o->skip = !store && out->last_use == op;
+        for (int k = 0; k < 2; k++) { /* a layer norm's mean and rstd */
+            if (o->lnstore[k] == -2) {
+                o->lnstore[k] = (int16_t)g->nmem;
+                g->mem[g->nmem++] = (gr_mem){o->node, 1 + k};
+                side = true;
+            } else {
+                o->lnstore[k] = -1;
+            }
+        }
+        o->skip = !store && !side && out->last_use == op;
         if (!o->skip) {
             out->slot = slot_take(&s);
             o->out = out->slot;
@@ -765,7 +817,7 @@ static bool live_build(liveness *L, const tpu_graph *gr, const int *group_of) {
     if (!L->t || !pm_init(&L->idx, nops)) return false;
     for (int i = 0; i < gr->n; i++) {
         const tpu_kargs *a = &gr->nodes[i];
-        int k0 = group_of[i] >= 0 ? 1 : 0;
+        int k0 = group_of[i] >= 0 ? tpu_op_infos[a->op].nout : 0; /* (a fused node reads only its inputs) */
         for (int k = k0; k < a->n; k++) {
             if (a->t[k].is_scalar || !a->t[k].base) continue;
             touches *t = live_of(L, a->t[k].base, true);
@@ -841,11 +893,19 @@ static size_t transient_peak(const liveness *L, int n) {
 static void decide_stores(gbuild *b, int g, liveness *L) {
     int later = b->map->next_gid++; /* a scratch set: storages written by a later op of the group */
     for (int op = b->nops - 1; op >= 0; op--) {
-        const tpu_tensor *o = &b->nodes[b->ops[op].node].t[0];
-        bool later_write = pair_get(b->map, later, o->base, 0);
-        pair_put(b->map, later, o->base, 1);
-        bool needed = value_needed(L, o->base, b->ops[op].node, g);
-        b->ops[op].store = (!later_write && needed) ? -2 : -1;
+        gr_op *go = &b->ops[op];
+        const tpu_kargs *a = &b->nodes[go->node];
+        for (int k = go->ln ? 2 : 0; k >= 0; k--) { /* (a layer norm: y, mean, rstd) */
+            const tpu_tensor *o = &a->t[k];
+            bool later_write = pair_get(b->map, later, o->base, 0);
+            pair_put(b->map, later, o->base, 1);
+            bool needed = value_needed(L, o->base, go->node, g);
+            int16_t d = (!later_write && needed) ? -2 : -1;
+            if (k == 0)
+                go->store = d;
+            else
+                go->lnstore[k - 1] = d;
+        }
     }
 }
 
@@ -886,6 +946,7 @@ static bool may_hoist(const planner *pl, int g, int i) {
     int pos = pl->groups[g].pos;
     if (i - pos > GR_HOIST) return false;
     const tpu_kargs *a = &pl->gr->nodes[i];
+    int nout_a = tpu_op_infos[a->op].nout;
     for (int k = pos + 1; k < i; k++) {
         if (pl->group_of[k] == g || pl->eff_pos[k] < pos) continue; /* in the group, or runs before it */
         const tpu_kargs *c = &pl->gr->nodes[k];
@@ -893,9 +954,10 @@ static bool may_hoist(const planner *pl, int g, int i) {
         for (int x = 0; x < c->n; x++) {
             const tpu_tensor *t = &c->t[x];
             if (t->is_scalar) continue;
-            if (t->base == a->t[0].base) return false; /* it reads or writes what i writes */
+            for (int j = 0; j < nout_a && j < a->n; j++)
+                if (t->base == a->t[j].base) return false; /* it reads or writes what i writes */
             if (x < nout_c)
-                for (int j = 1; j < a->n; j++)
+                for (int j = nout_a; j < a->n; j++)
                     if (!a->t[j].is_scalar && a->t[j].base == t->base) return false; /* it writes what i reads */
         }
     }
@@ -959,7 +1021,7 @@ static void phase_a(planner *pl, const bool *fus, const tpu_ew_par *par) {
         pl->eff_pos[i] = i;
         if (fus[i]) {
             int cand[4], nc = 0; /* producers' groups first, then the previous node's */
-            for (int j = 1; j < a->n && nc < 3; j++) {
+            for (int j = tpu_op_infos[a->op].nout; j < a->n && nc < 3; j++) {
                 if (a->t[j].is_scalar) continue;
                 int w = pm_get(&pl->last_writer, a->t[j].base, 0) - 1;
                 if (w >= 0 && pl->group_of[w] >= 0) cand[nc++] = pl->group_of[w];
@@ -1137,11 +1199,12 @@ static bool plan_bind(tpu_gprog *p, tpu_graph *gr, bool refresh) {
         for (int m = s->first; m < s->first + s->count; m++) {
             int i = p->order[m];
             const tpu_kargs *a = &gr->nodes[i];
-            if (refresh && s->group >= 0 && !is_random(a->op))
+            const gr_op *go = s->group >= 0 ? &p->groups[s->group].ops[m - s->first] : NULL;
+            if (refresh && go && !is_random(a->op) && !go->ln)
                 tpu_ew_prepare_f(a, &p->groups[s->group].ops[m - s->first].par);
-            if (!p->node_store[i]) continue;
-            int nout = s->group >= 0 ? 1 : tpu_op_infos[a->op].nout;
+            int nout = go ? (go->ln ? 3 : 1) : tpu_op_infos[a->op].nout;
             for (int k = 0; k < nout && k < a->n; k++) {
+                if (go ? (k == 0 ? go->store < 0 : go->lnstore[k - 1] < 0) : !p->node_store[i]) continue;
                 void *base = a->t[k].base;
                 if (a->t[k].is_scalar || !base || pm_get(&seen, base, 0)) continue;
                 pm_put(&seen, base, 1);

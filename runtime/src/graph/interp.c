@@ -15,8 +15,10 @@
  * folds them in memory (tpu_red_row_value: the same fold, the same
  * association, so the same bits) and stores one value per row; the value
  * it folds is never stored unless something else reads it (x.pow(2).mean(-1)
- * reads x once and writes the means). Blocks of the parallel loop are whole
- * rows.
+ * reads x once and writes the means). A layer norm over the last dim runs
+ * the same way, through its kernel's row function (tpu_ln_row_f): y over
+ * its slot, mean and rstd stored if needed. Blocks of the parallel loop are
+ * whole rows.
  *
  * Lookup tables. A group whose only memory input x has 8 or 16 bits
  * (its other inputs host scalars, no random op) computes each stored result
@@ -126,6 +128,26 @@ static void gr_tile(const gr_run *r, float *S, const int64_t *off, int64_t inner
         }
         if (o->skip) continue;
         float *out = S + (size_t)r->phys[o->out] * SS;
+        if (o->ln) { /* row mode: the tile is x's row; y over the slot, mean and rstd stored if needed */
+            const tpu_kargs *ln = &r->nodes[o->node];
+            tpu_args_LAYER_NORM q = tpu_unpack_LAYER_NORM(&ln->p);
+            int j = 1;
+            const float *w = q.has_weight ? S + (size_t)r->phys[o->in[j++]] * SS : NULL;
+            const float *b = q.has_bias ? S + (size_t)r->phys[o->in[j]] * SS : NULL;
+            double st[2];
+            tpu_ln_row_f(out, S + (size_t)r->phys[o->in[0]] * SS, len, w, b, q.eps, &st[0], &st[1]);
+            gr_round(out, T, o->round);
+            for (int k = 0; k < 2; k++)
+                if (o->lnstore[k] >= 0)
+                    tpu_store_f64(r->base[o->lnstore[k]] + (size_t)off[o->lnstore[k]] * r->esz[o->lnstore[k]],
+                                  r->dt[o->lnstore[k]], st[k]);
+            if (o->store >= 0) {
+                int m = o->store;
+                tpu_tile_store_f32(r->base[m] + (size_t)(off[m] + inner * r->st[m][r->nd - 1]) * r->esz[m],
+                                   r->st[m][r->nd - 1], out, len, r->dt[m]);
+            }
+            continue;
+        }
         if (o->red) { /* row mode: the tile is the row; its value as stored, over the slot */
             const tpu_kargs *rn = &r->nodes[o->node];
             double v = tpu_red_row_value(rn->op, (tpu_dtype)rn->t[1].dtype, S + (size_t)r->phys[o->in[0]] * SS, len);
@@ -235,7 +257,7 @@ int tpu_gr_table_input(const gr_group *g, const tpu_kargs *nodes) {
     int in = -1, nstores = 0, ncomp = 0;
     for (int i = 0; i < g->nops; i++) {
         const gr_op *o = &g->ops[i];
-        if (o->random || o->red) return -1;
+        if (o->random || o->red || o->ln) return -1;
         for (int j = 0; j < o->nin; j++)
             if (o->load[j] >= 0) {
                 if (in >= 0 && in != o->load[j]) return -1; /* a second tensor input */
@@ -553,7 +575,7 @@ tpu_status tpu_gr_run_group(const tpu_gprog *p, const gr_group *g) {
     int64_t row = 0;                                                 /* row mode: the row's length */
     tpu_tensor *expanded = NULL; /* row mode: each row reduction's output seen over the space (stride 0 in the row) */
     for (int i = 0; i < g->nops; i++)
-        if (g->ops[i].red) row = space->sizes[space->ndim - 1];
+        if (g->ops[i].red || g->ops[i].ln) row = space->sizes[space->ndim - 1];
     if (row && !(expanded = malloc((size_t)(g->nmem + 1) * sizeof *expanded))) {
         free(r), free(arrays), free(views), free(phys), free(cval);
         return TPU_ERROR_OUT_OF_MEMORY;
@@ -567,6 +589,14 @@ tpu_status tpu_gr_run_group(const tpu_gprog *p, const gr_group *g) {
             expanded[m] = *t;
             expanded[m].sizes[t->ndim - 1] = row;
             expanded[m].strides[t->ndim - 1] = 0;
+            views[m] = &expanded[m];
+        } else if (p->nodes[g->mem[m].node].op == TPU_OP_LAYER_NORM && g->mem[m].k >= 4) {
+            expanded[m] = *space; /* a layer norm's weight or bias: the same row for every row */
+            expanded[m].base = t->base;
+            expanded[m].offset = t->offset;
+            expanded[m].dtype = t->dtype;
+            for (int d = 0; d < space->ndim; d++) expanded[m].strides[d] = 0;
+            expanded[m].strides[space->ndim - 1] = t->strides[0];
             views[m] = &expanded[m];
         }
     }

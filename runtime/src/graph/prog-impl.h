@@ -12,13 +12,17 @@
 /* One node of a fused group, as the interpreter runs it. Slots are tiles of
  * TPU_TILE floats; slot 0 holds zeros (the unused inputs of unary ops). */
 typedef struct gr_op {
-    int node;        /* index into the program's nodes */
-    int nin;         /* inputs (1..3; 0 for a random fill) */
-    bool random;     /* a random fill: element i from (seed, offset, i), as tpu_random_element */
-    bool red;        /* a row reduction (tpu_red_row_exact): folds slot in[0] over the row (the tile)
+    int node;    /* index into the program's nodes */
+    int nin;     /* inputs (1..3; 0 for a random fill) */
+    bool random; /* a random fill: element i from (seed, offset, i), as tpu_random_element */
+    bool red;    /* a row reduction (tpu_red_row_exact): folds slot in[0] over the row (the tile)
                       * into one value per row, stored to `store` and broadcast over slot `out` */
-    bool rowop;      /* an op over the row space [..., 1] (row mode): one value per row, broadcast over
+    bool rowop;  /* an op over the row space [..., 1] (row mode): one value per row, broadcast over
                       * its slot; its memory operands are one element per row */
+    bool ln;     /* a LAYER_NORM over the last dim (row mode): slot in[0] is the row of x, in[1] / in[2]
+                      * its weight and bias (as present) read along the row; out is y; mean and rstd
+                      * are stored to lnstore[0] / [1] (memory operands, or -1) and never read in the group */
+    int16_t lnstore[2];
     int16_t in[3];   /* slot of input j */
     int16_t load[3]; /* >= 0: memory operand loaded into slot in[j] before the op */
     int16_t out;     /* slot of the result */

@@ -29,6 +29,7 @@
  *
  * Work is split into blocks of EW_GRAIN elements for tpu_parallel_for; a
  * block may start anywhere in a row. */
+#define TPU_VMATH_FMA /* vmath's polynomials as fmaf: the float tile functions are built for FMA (below) */
 #include "kernels/kernels-impl.h"
 #include "kernels/vmath-impl.h"
 #include "kernels/tile-impl.h"
@@ -87,13 +88,13 @@ typedef union ew_bufs {
 
 /* expm1: Taylor series near 0 (where exp(x) - 1 cancels), else exp(x) - 1. */
 EW_INLINE float ew_expm1f(float x) {
-    float q = x * (1.0f / 40320.0f) + (1.0f / 5040.0f);
-    q = q * x + (1.0f / 720.0f);
-    q = q * x + (1.0f / 120.0f);
-    q = q * x + (1.0f / 24.0f);
-    q = q * x + (1.0f / 6.0f);
-    q = q * x + 0.5f;
-    float small = x + x * x * q;
+    float q = VM_MAD(x, 1.0f / 40320.0f, 1.0f / 5040.0f);
+    q = VM_MAD(q, x, 1.0f / 720.0f);
+    q = VM_MAD(q, x, 1.0f / 120.0f);
+    q = VM_MAD(q, x, 1.0f / 24.0f);
+    q = VM_MAD(q, x, 1.0f / 6.0f);
+    q = VM_MAD(q, x, 0.5f);
+    float small = VM_MAD(x * x, q, x);
     return ew_self(fabsf(x) < 0.5f, small, ew_expf(x) - 1.0f);
 }
 
@@ -109,19 +110,19 @@ EW_INLINE float ew_logf(float x) {
     float u = ew_self(c, m + m - 1.0f, m - 1.0f);
     float z = u * u;
     float y = 7.0376836292e-2f;
-    y = y * u - 1.1514610310e-1f;
-    y = y * u + 1.1676998740e-1f;
-    y = y * u - 1.2420140846e-1f;
-    y = y * u + 1.4249322787e-1f;
-    y = y * u - 1.6668057665e-1f;
-    y = y * u + 2.0000714765e-1f;
-    y = y * u - 2.4999993993e-1f;
-    y = y * u + 3.3333331174e-1f;
+    y = VM_MAD(y, u, -1.1514610310e-1f);
+    y = VM_MAD(y, u, 1.1676998740e-1f);
+    y = VM_MAD(y, u, -1.2420140846e-1f);
+    y = VM_MAD(y, u, 1.4249322787e-1f);
+    y = VM_MAD(y, u, -1.6668057665e-1f);
+    y = VM_MAD(y, u, 2.0000714765e-1f);
+    y = VM_MAD(y, u, -2.4999993993e-1f);
+    y = VM_MAD(y, u, 3.3333331174e-1f);
     y = y * u * z;
     float ef = (float)e;
-    y += -2.12194440e-4f * ef;
-    y += -0.5f * z;
-    float r = u + y + 0.693359375f * ef;
+    y = VM_MAD(ef, -2.12194440e-4f, y);
+    y = VM_MAD(z, -0.5f, y);
+    float r = VM_MAD(ef, 0.693359375f, u + y);
     r = ew_self(x == 0.0f, -INFINITY, r);
     r = ew_self(x < 0.0f, NAN, r);
     r = ew_self(x == INFINITY, x, r);
@@ -141,14 +142,14 @@ EW_INLINE float ew_log1pf(float x) {
  * PyTorch's vectorized CPU GELU uses. */
 EW_INLINE float ew_erf_gelu_f(float x) {
     float ax = fabsf(x);
-    float t = 1.0f / (0.3275911f * ax + 1.0f);
+    float t = 1.0f / VM_MAD(0.3275911f, ax, 1.0f);
     float r = 1.061405429f;
-    r = r * t - 1.453152027f;
-    r = r * t + 1.421413741f;
-    r = r * t - 0.284496736f;
-    r = r * t + 0.254829592f;
+    r = VM_MAD(r, t, -1.453152027f);
+    r = VM_MAD(r, t, 1.421413741f);
+    r = VM_MAD(r, t, -0.284496736f);
+    r = VM_MAD(r, t, 0.254829592f);
     float e = ew_expf(-(x * x));
-    return copysignf(1.0f - e * t * r, x);
+    return copysignf(VM_MAD(-(e * t), r, 1.0f), x);
 }
 
 /* floor / ceil / trunc from nearbyint (rounding without raising inexact is
@@ -234,8 +235,13 @@ EW_INLINE double ew_minnd(double a, double b) { return ew_seld((a < b) | (a != a
     }
 #define TPU_EXPR_PARAM_I(s) ((T)p->pi[s])
 
-static EW_CLONES int ew_tile_f(tpu_op op, int n, float *restrict O, const float *restrict X, const float *restrict Y,
-                               const float *restrict Z, const ew_par *p) {
+#define EW_TILE_F_ARGS                                                                                              \
+    tpu_op op, int n, float *restrict O, const float *restrict X, const float *restrict Y, const float *restrict Z, \
+        const ew_par *p
+#define EW_TILE_F_PASS op, n, O, X, Y, Z, p
+static int ew_tile_f(EW_TILE_F_ARGS);
+
+EW_INLINE int ew_tile_f_body(EW_TILE_F_ARGS) {
     typedef float T;
     if (op == TPU_OP_POW) EW_POW_SCALAR(float)
     switch (op) {
@@ -253,13 +259,12 @@ static EW_CLONES int ew_tile_f(tpu_op op, int n, float *restrict O, const float 
  * graph interpreter's bf16 results: one pass over the tile, not two). */
 #undef EW_OUT
 #define EW_OUT(v) ew_round_bf16(v)
-static EW_CLONES void ew_tile_f_bf16(tpu_op op, int n, float *restrict O, const float *restrict X,
-                                     const float *restrict Y, const float *restrict Z, const ew_par *p) {
+EW_INLINE int ew_tile_f_bf16_body(EW_TILE_F_ARGS) {
     typedef float T;
     if (op == TPU_OP_POW && p->pow_mode != EW_POW_GENERIC) {
         ew_tile_f(op, n, O, X, Y, Z, p);
         EW_LOOP(i) O[i] = ew_round_bf16(O[i]);
-        return;
+        return 0;
     }
     switch (op) {
 #define TPU_EXPR_PARAM_F(s) p->ff[s]
@@ -268,9 +273,67 @@ static EW_CLONES void ew_tile_f_bf16(tpu_op op, int n, float *restrict O, const 
 #undef TPU_EXPR_PARAM_F
     default: EW_LOOP(i) O[i] = NAN; break;
     }
+    return 0;
 }
 #undef EW_OUT
 #define EW_OUT(v) (v)
+
+/* The float tile functions per ISA, with FMA: target_clones cannot ask for
+ * AVX2 and FMA in one clone (and its AVX-512F clone has no FMA either), so
+ * the variants are spelled out and picked once from the CPU's features.
+ * VM_MAD is fmaf, so every variant gives the same bits (the baseline's is a
+ * libm call: slow, and only for CPUs without AVX2 and FMA); Strict and
+ * Fused run the same function, so they agree bit for bit on any host. */
+typedef int ew_tile_f_fn(EW_TILE_F_ARGS);
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_THREAD__) && !defined(TPU_NO_CLONES)
+__attribute__((target("avx512f,fma"))) static int ew_tile_f_512(EW_TILE_F_ARGS) {
+    return ew_tile_f_body(EW_TILE_F_PASS);
+}
+__attribute__((target("avx512f,fma"))) static int ew_tile_f_bf16_512(EW_TILE_F_ARGS) {
+    return ew_tile_f_bf16_body(EW_TILE_F_PASS);
+}
+__attribute__((target("avx2,fma"))) static int ew_tile_f_256(EW_TILE_F_ARGS) { return ew_tile_f_body(EW_TILE_F_PASS); }
+__attribute__((target("avx2,fma"))) static int ew_tile_f_bf16_256(EW_TILE_F_ARGS) {
+    return ew_tile_f_bf16_body(EW_TILE_F_PASS);
+}
+#define EW_ISA_VARIANTS 1
+#endif
+static int ew_tile_f_base(EW_TILE_F_ARGS) { return ew_tile_f_body(EW_TILE_F_PASS); }
+static int ew_tile_f_bf16_base(EW_TILE_F_ARGS) { return ew_tile_f_bf16_body(EW_TILE_F_PASS); }
+
+static _Atomic int ew_isa = -1; /* TPU_EW_ISA_*: picked on first use, or set by tests */
+
+void tpu_ew_set_isa(int isa) { atomic_store_explicit(&ew_isa, isa, memory_order_relaxed); }
+
+int tpu_ew_get_isa(void) {
+    int isa = atomic_load_explicit(&ew_isa, memory_order_relaxed);
+    if (isa >= 0) return isa;
+    unsigned f = tpu_cpu_features();
+    isa = TPU_EW_ISA_BASE;
+#ifdef EW_ISA_VARIANTS
+    if ((f & TPU_CPU_FMA) && (f & TPU_CPU_AVX512F))
+        isa = TPU_EW_ISA_AVX512_FMA;
+    else if ((f & TPU_CPU_FMA) && (f & TPU_CPU_AVX2))
+        isa = TPU_EW_ISA_AVX2_FMA;
+#else
+    (void)f;
+#endif
+    atomic_store_explicit(&ew_isa, isa, memory_order_relaxed);
+    return isa;
+}
+
+static ew_tile_f_fn *ew_variant(bool bf16) {
+    switch (tpu_ew_get_isa()) {
+#ifdef EW_ISA_VARIANTS
+    case TPU_EW_ISA_AVX512_FMA: return bf16 ? ew_tile_f_bf16_512 : ew_tile_f_512;
+    case TPU_EW_ISA_AVX2_FMA: return bf16 ? ew_tile_f_bf16_256 : ew_tile_f_256;
+#endif
+    default: return bf16 ? ew_tile_f_bf16_base : ew_tile_f_base;
+    }
+}
+
+static int ew_tile_f(EW_TILE_F_ARGS) { return ew_variant(false)(EW_TILE_F_PASS); }
+static void ew_tile_f_bf16(EW_TILE_F_ARGS) { ew_variant(true)(EW_TILE_F_PASS); }
 
 static EW_CLONES int ew_tile_d(tpu_op op, int n, double *restrict O, const double *restrict X, const double *restrict Y,
                                const double *restrict Z, const ew_par *p) {

@@ -38,6 +38,13 @@ void tpu_ew_tile_f(tpu_op op, int n, float *restrict o, const float *restrict x,
 /* The same with each result rounded to bfloat16 (and widened back) in the loop. */
 void tpu_ew_tile_f_bf16(tpu_op op, int n, float *restrict o, const float *restrict x, const float *restrict y,
                         const float *restrict z, const tpu_ew_par *p);
+/* Which build of the float tile functions runs (elementwise.c): AVX-512F
+ * with FMA, AVX2 with FMA, or baseline C. Picked from the CPU on first use;
+ * every one gives the same bits (its polynomials are fmaf), which the C
+ * tests check by forcing each the host can run. */
+enum { TPU_EW_ISA_BASE, TPU_EW_ISA_AVX2_FMA, TPU_EW_ISA_AVX512_FMA };
+int tpu_ew_get_isa(void);
+void tpu_ew_set_isa(int isa); /* tests only: not while kernels run */
 /* Row reductions for the graph engine (reduce.c). Whether reduction launch
  * a (SUM, MEAN, AMAX, AMIN of floats over the last dim, read in place) folds
  * each output over one contiguous row of its input, so that a fused group
@@ -46,6 +53,13 @@ bool tpu_red_row_exact(const tpu_kargs *a);
 /* ... and that result (before its store: tpu_store_f64 to the output dtype)
  * from the row's n values x, as read from an input of dtype idt. */
 double tpu_red_row_value(tpu_op op, tpu_dtype idt, const float *x, int64_t n);
+/* One row of LAYER_NORM over float values (norm.c, for float32 / bfloat16 /
+ * float16 inputs; the graph interpreter runs it on rows a fused group holds,
+ * so a fused layer norm is its kernel's, bit for bit): the row's mean and
+ * 1/sqrt(var + eps) (double accumulation, two passes) and y[0..M) =
+ * (x - mean) * rstd [* w] [+ b] in float; w, b may be NULL. */
+void tpu_ln_row_f(float *y, const float *x, int64_t M, const float *w, const float *b, double eps, double *mean,
+                  double *rstd);
 /* Run the fast kernel of a.op (registry.c: dispatch by family). */
 tpu_status tpu_kernel_run(tpu_kargs *a);
 /* The unit gemm.c runs for fp32 (bf16 = false) or bf16 operands on this host:

@@ -188,6 +188,15 @@ LN_CLONES static void row_bwd_dx_f(float *dx, const float *gr, const float *x, c
     }
 }
 
+void tpu_ln_row_f(float *y, const float *x, int64_t M, const float *w, const float *b, double eps, double *mean,
+                  double *rstd) {
+    double m = row_sum_f(x, M) / (double)M;
+    double r = 1.0 / sqrt(row_sqdev_f(x, M, m) / (double)M + eps);
+    row_apply_f(y, x, M, (float)m, (float)r, w, b);
+    *mean = m;
+    *rstd = r;
+}
+
 /* ---- row mapping and conversion ---- */
 
 /* Where row r, column j of a tensor lives: leading dims give the row base,
@@ -332,7 +341,7 @@ static void ln_fwd_rows(void *ctx, int64_t rb, int64_t re) {
     for (int64_t r = rb; r < re; r++) {
         void *xr = ln_row_in(f->x, &f->xm, r, f->dbl, buf, f->M);
         void *yr = ln_row_dst(f->y, &f->ym, r, f->dbl, buf + (size_t)f->M * es);
-        double mean, var;
+        double mean, rstd;
         if (f->dbl) {
             const double *xd = xr;
             double s = 0;
@@ -340,14 +349,8 @@ static void ln_fwd_rows(void *ctx, int64_t rb, int64_t re) {
             mean = s / (double)f->M;
             s = 0;
             for (int64_t j = 0; j < f->M; j++) s += (xd[j] - mean) * (xd[j] - mean);
-            var = s / (double)f->M;
-        } else {
-            mean = row_sum_f(xr, f->M) / (double)f->M;
-            var = row_sqdev_f(xr, f->M, mean) / (double)f->M;
-        }
-        double rstd = 1.0 / sqrt(var + f->eps);
-        if (f->dbl) {
-            const double *xd = xr, *w = f->w, *b = f->b;
+            rstd = 1.0 / sqrt(s / (double)f->M + f->eps);
+            const double *w = f->w, *b = f->b;
             double *yd = yr;
             for (int64_t j = 0; j < f->M; j++) {
                 double v = (xd[j] - mean) * rstd;
@@ -356,7 +359,7 @@ static void ln_fwd_rows(void *ctx, int64_t rb, int64_t re) {
                 yd[j] = v;
             }
         } else {
-            row_apply_f(yr, xr, f->M, (float)mean, (float)rstd, f->w, f->b);
+            tpu_ln_row_f(yr, xr, f->M, f->w, f->b, f->eps, &mean, &rstd);
         }
         ln_row_out(f->y, &f->ym, r, f->dbl, yr, f->M);
         tpu_store_f64(tpu_elem_ptr(f->mean, r), (tpu_dtype)f->mean->dtype, mean);

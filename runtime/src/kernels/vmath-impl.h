@@ -11,6 +11,18 @@
 
 #define EW_INLINE static inline __attribute__((always_inline))
 
+/* VM_MAD(a, b, c) = a * b + c. In a file that defines TPU_VMATH_FMA before
+ * including this header it is fmaf: one rounding, so the same bits on every
+ * ISA, and one instruction in functions built for an FMA target (the file
+ * must build its users so: elementwise.c's float tile functions); elsewhere
+ * a multiply and an add (a libm fmaf call per element in a loop built
+ * without FMA would be slow). */
+#ifdef TPU_VMATH_FMA
+#define VM_MAD(a, b, c) fmaf((a), (b), (c))
+#else
+#define VM_MAD(a, b, c) ((a) * (b) + (c))
+#endif
+
 EW_INLINE int32_t ew_f2b(float f) {
     int32_t i;
     memcpy(&i, &f, 4);
@@ -59,15 +71,15 @@ EW_INLINE float ew_expf(float x) {
     xc = ew_self(x != x, 0.0f, xc);
     float t = xc * 1.44269504088896341f;
     float n = (t + 12582912.0f) - 12582912.0f;
-    float r = xc - n * 0.693359375f;
-    r = r - n * -2.12194440e-4f;
+    float r = VM_MAD(n, -0.693359375f, xc);
+    r = VM_MAD(n, 2.12194440e-4f, r);
     float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    float y = p * r * r + r + 1.0f;
+    p = VM_MAD(p, r, 1.3981999507e-3f);
+    p = VM_MAD(p, r, 8.3334519073e-3f);
+    p = VM_MAD(p, r, 4.1665795894e-2f);
+    p = VM_MAD(p, r, 1.6666665459e-1f);
+    p = VM_MAD(p, r, 5.0000001201e-1f);
+    float y = VM_MAD(p * r, r, r) + 1.0f;
     int32_t ni = (int32_t)n;
     int32_t n1 = ni >> 1, n2 = ni - n1;
     y = y * ew_b2f((n1 + 127) << 23) * ew_b2f((n2 + 127) << 23);
@@ -80,11 +92,11 @@ EW_INLINE float ew_expf(float x) {
 EW_INLINE float ew_tanhf(float x) {
     float z = x * x;
     float ps = -5.70498872745e-3f;
-    ps = ps * z + 2.06390887954e-2f;
-    ps = ps * z - 5.37397155531e-2f;
-    ps = ps * z + 1.33314422036e-1f;
-    ps = ps * z - 3.33332819422e-1f;
-    ps = ps * z * x + x;
+    ps = VM_MAD(ps, z, 2.06390887954e-2f);
+    ps = VM_MAD(ps, z, -5.37397155531e-2f);
+    ps = VM_MAD(ps, z, 1.33314422036e-1f);
+    ps = VM_MAD(ps, z, -3.33332819422e-1f);
+    ps = VM_MAD(ps * z, x, x);
     float ax = fabsf(x);
     float e = ew_expf(ax + ax);
     float pl = copysignf(1.0f - 2.0f / (e + 1.0f), x);
