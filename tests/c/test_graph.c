@@ -518,6 +518,73 @@ static void test_layer_norm_fuses_bit_for_bit(void) {
     printf("     %d (dtype, shape, affine, saved stats) cases fused and compared\n", cases);
 }
 
+/* y = softmax(x * 0.5) (or log_softmax), gi = its backward of g = x * 2,
+ * out = gi + x; y kept (a backward would keep it). out: out's bytes, then
+ * y's. */
+static unsigned char *run_softmax_chain(bool logsm, tpu_dtype dt, int64_t rows, int64_t n, tpu_eager_mode mode,
+                                        size_t *bytes) {
+    CHECK_OK(tpu_set_eager_mode(mode));
+    int64_t sz[2] = {rows, n};
+    double *xv = malloc((size_t)(rows * n) * sizeof *xv);
+    rng_s = 0x50f7ull + (uint64_t)(n * 5 + rows);
+    for (int64_t i = 0; i < rows * n; i++) xv[i] = i == 3 ? NAN : i == n + 4 ? INFINITY : urand(-8, 8);
+    tpu_tensor x = dev_tensor(dt, 2, sz, xv);
+    free(xv);
+    tpu_tensor t1 = like(&x, dt), y = like(&x, dt), g = like(&x, dt), gi = like(&x, dt), out = like(&x, dt);
+    tpu_params sp = TPU_PARAMS(SOFTMAX, .dim = 1);
+    tpu_tensor a1[] = {t1, x, tpu_tensor_scalar_f(0.5, TPU_F64)}, a2[] = {y, t1},
+               a3[] = {g, x, tpu_tensor_scalar_f(2, TPU_F64)}, a4[] = {gi, g, y}, a5[] = {out, gi, x};
+    launch(TPU_OP_MUL, a1, 3, (tpu_params){0}, dt);
+    launch(logsm ? TPU_OP_LOG_SOFTMAX : TPU_OP_SOFTMAX, a2, 2, sp, dt);
+    launch(TPU_OP_MUL, a3, 3, (tpu_params){0}, dt);
+    launch(logsm ? TPU_OP_LOG_SOFTMAX_BWD : TPU_OP_SOFTMAX_BWD, a4, 3, sp, dt);
+    launch(TPU_OP_ADD, a5, 3, TPU_PARAMS(ADD, .alpha = 1), dt);
+    tpu_tensor dead[] = {t1, g, gi};
+    for (int i = 0; i < 3; i++) CHECK_OK(tpu_free(dead[i].base));
+    CHECK_OK(tpu_stream_synchronize(tpu_stream_current(0)));
+    size_t nb = (size_t)(rows * n) * tpu_dtype_size(dt);
+    unsigned char *h = malloc(2 * nb), *ho = download(&out), *hy = download(&y);
+    memcpy(h, ho, nb), memcpy(h + nb, hy, nb);
+    free(ho), free(hy);
+    *bytes = 2 * nb;
+    tpu_tensor all[] = {x, y, out};
+    for (int i = 0; i < 3; i++) CHECK_OK(tpu_free(all[i].base));
+    return h;
+}
+
+/* softmax, log_softmax and their backwards over the last dim run inside
+ * their producers' and consumers' group (the kernel's row function): the
+ * same bits as Strict, NaN and infinities included. */
+static void test_softmax_fuses_bit_for_bit(void) {
+    const tpu_dtype dts[] = {TPU_F32, TPU_BF16, TPU_F16};
+    const int64_t shapes[][2] = {{12, 64}, {33, 500}, {3, 4096}, {2, 16384}, {7, 777}};
+    int cases = 0;
+    for (int lg = 0; lg < 2; lg++)
+        for (int d = 0; d < 3; d++)
+            for (int k = 0; k < 5; k++) {
+                size_t nb_s = 0, nb_f = 0;
+                tpu_fused_stats s0, s1;
+                unsigned char *hs = run_softmax_chain(lg, dts[d], shapes[k][0], shapes[k][1], TPU_EAGER_STRICT, &nb_s);
+                tpu_fused_get_stats(&s0);
+                unsigned char *hf = run_softmax_chain(lg, dts[d], shapes[k][0], shapes[k][1], TPU_EAGER_FUSED, &nb_f);
+                tpu_fused_get_stats(&s1);
+                CHECK_OK(tpu_set_eager_mode(TPU_EAGER_STRICT));
+                CHECK_MSG(nb_s == nb_f && memcmp(hs, hf, nb_s) == 0, "%s %s [%lld x %lld]: fused differs from strict",
+                          lg ? "log_softmax" : "softmax", tpu_dtype_name(dts[d]), (long long)shapes[k][0],
+                          (long long)shapes[k][1]);
+                CHECK_MSG(s1.ops_fused - s0.ops_fused == 5 && s1.groups_run - s0.groups_run == 1 &&
+                              s1.kernels_run == s0.kernels_run &&
+                              s1.results_never_stored - s0.results_never_stored == 3,
+                          "%s %s [%lld x %lld]: %llu of 5 fused in %llu groups", lg ? "log_softmax" : "softmax",
+                          tpu_dtype_name(dts[d]), (long long)shapes[k][0], (long long)shapes[k][1],
+                          (unsigned long long)(s1.ops_fused - s0.ops_fused),
+                          (unsigned long long)(s1.groups_run - s0.groups_run));
+                free(hs), free(hf);
+                cases++;
+            }
+    printf("     %d (op, dtype, shape) cases fused and compared\n", cases);
+}
+
 /* ---- a chain with broadcasts, scalars, casts, in-place ops ---- */
 
 typedef struct chain_out {
@@ -882,6 +949,7 @@ int main(void) {
     RUN_TEST(test_row_reductions_fuse_bit_for_bit);
     RUN_TEST(test_row_values_feed_the_row);
     RUN_TEST(test_layer_norm_fuses_bit_for_bit);
+    RUN_TEST(test_softmax_fuses_bit_for_bit);
     RUN_TEST(test_chain_broadcast_scalar_cast_inplace);
     RUN_TEST(test_plan_cache);
     RUN_TEST(test_plan_cache_many_storages);

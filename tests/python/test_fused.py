@@ -214,6 +214,55 @@ def test_layer_norm_fuses_with_producers_and_consumers(dtype, affine):
     torch.testing.assert_close(fused[0].float(), ref, **tol)
 
 
+def _attention(q, k, v, mask, p_drop):
+    s = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5 + mask
+    a = torch.softmax(s, -1)
+    a = torch.nn.functional.dropout(a, p_drop, training=p_drop > 0)
+    return a @ v
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_softmax_fuses_with_producers_and_consumers(dtype):
+    """softmax / log_softmax over the last dim (and their backwards) run
+    inside the group of their producers and consumers, through the kernel's
+    row function: attention's scale + mask + softmax + dropout is one pass
+    between its two matmuls, and cross-entropy's log_softmax joins its
+    producers; values and gradients equal Strict's bit for bit."""
+    g = torch.Generator().manual_seed(11)
+    q, k, v = (torch.randn(2, 3, 96, 64, generator=g).to(dtype) for _ in range(3))
+    mask = torch.where(torch.rand(96, 96, generator=g) < 0.2, -1e4, 0.0).to(dtype)
+    logits, tgt = torch.randn(50, 200, generator=g).to(dtype), torch.randint(0, 200, (50,), generator=g)
+
+    def run(mode, train):
+        with torch_tpu.eager_mode(mode):
+            qt, kt, vt, lt = (t.to("tpu").requires_grad_(train) for t in (q, k, v, logits))
+            mt, tt = mask.to("tpu"), tgt.to("tpu")
+            torch.manual_seed(3)
+            torch_tpu.synchronize()
+            torch_tpu.reset_fused_stats()
+            o = _attention(qt, kt, vt, mt, 0.1 if train else 0.0)
+            torch_tpu.synchronize(o)
+            st = torch_tpu.fused_stats()
+            lp = torch.log_softmax(lt * 2 - 1, -1)
+            loss = torch.nn.functional.cross_entropy(lt.float() * 0.5, tt)
+            out = [o.detach().cpu(), lp.detach().cpu(), loss.detach().cpu().reshape(1)]
+            if train:
+                (o.float().sum() + loss + lp.float().mean()).backward()
+                out += [t.grad.cpu() for t in (qt, kt, vt, lt)]
+            return out, st
+
+    for train in (True, False):
+        strict, _ = run("strict", train)
+        fused, st = run("fused", train)
+        for a, b in zip(strict, fused):
+            assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+        assert st["kernels_run"] == 2 and st["fused_groups_run"] == 1  # the two matmuls, one group between
+    ref = _attention(q.float(), k.float(), v.float(), mask.float(), 0.0)
+    tol = dict(rtol=0.03, atol=0.03) if dtype != torch.float32 else dict(rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(fused[0].float(), ref, **tol)
+    torch.testing.assert_close(fused[1].float(), torch.log_softmax(logits.float() * 2 - 1, -1), **tol)
+
+
 @pytest.mark.parametrize("shape,nshape", [((4, 8, 16), (8, 16)), ((5, 40), (40,)), ((2, 3, 20000), (20000,))])
 def test_layer_norm_shapes_the_group_cannot_hold_still_equal_strict(shape, nshape):
     """Over several dims, a short row or a row longer than a group holds: the

@@ -82,6 +82,7 @@ def _program(seed):
                             lambda t: t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + 1e-6),
                             lambda t: (e := (t * 0.5).exp()) / e.sum(-1, keepdim=True),
                             lambda t: torch.nn.functional.layer_norm(t.float() * 2, (t.shape[-1],)) + 1,
+                            lambda t: torch.log_softmax(t * 2, -1).exp() + t,
                             lambda t: torch.nn.functional.layer_norm(t + 1, (t.shape[-1],), t[0], t[-1] * 2)])
             pool.append(r(a))
         elif k < 0.80:

@@ -405,11 +405,33 @@ static bool fusible_layer_norm(const tpu_kargs *a) {
     return true;
 }
 
+/* A softmax, log_softmax or backward of one over the last dim, whose
+ * output is contiguous along it: its kernel then runs its row function on
+ * every line (softmax.c), which a group holding the rows runs too. */
+static bool is_softmax(const tpu_kargs *a) { return a->op >= TPU_OP_SOFTMAX && a->op <= TPU_OP_LOG_SOFTMAX_BWD; }
+static bool fusible_softmax(const tpu_kargs *a) {
+    const tpu_tensor *o = &a->t[0];
+    int nin = a->op == TPU_OP_SOFTMAX || a->op == TPU_OP_LOG_SOFTMAX ? 1 : 2;
+    int64_t dim = tpu_unpack_SOFTMAX(&a->p).dim;
+    if (a->n != 1 + nin || o->is_scalar || o->ndim < 1 || dim != o->ndim - 1) return false;
+    int64_t D = o->sizes[dim];
+    if (D < GR_ROW_MIN || D > GR_ROW_MAX || o->strides[dim] != 1) return false;
+    for (int k = 0; k < a->n; k++) {
+        const tpu_tensor *t = &a->t[k];
+        tpu_dtype dt = (tpu_dtype)t->dtype;
+        if (t->is_scalar || (dt != TPU_F32 && dt != TPU_BF16 && dt != TPU_F16) || t->ndim != o->ndim) return false;
+        for (int d = 0; d < o->ndim; d++)
+            if (t->sizes[d] != o->sizes[d] || (k == 0 && o->sizes[d] > 1 && o->strides[d] == 0)) return false;
+    }
+    return true;
+}
+
 /* A node the interpreter can run inside a group. */
 static bool fusible(const tpu_kargs *a, tpu_ew_par *par) {
     memset(par, 0, sizeof *par);
     if (is_reduction(a)) return fusible_row_reduction(a);
     if (is_layer_norm(a)) return fusible_layer_norm(a);
+    if (is_softmax(a)) return fusible_softmax(a);
     if (tpu_op_infos[a->op].nout != 1) return false;
     if (is_random(a->op) ? !fusible_random(a) : !tpu_ew_prepare_f(a, par)) return false;
     const tpu_tensor *o = &a->t[0];
@@ -569,7 +591,7 @@ static int new_val(gbuild *b, int kind, int op) {
 static bool try_join(gbuild *b, int i, const tpu_ew_par *par) {
     const tpu_kargs *a = &b->nodes[i];
     const tpu_tensor *o = &a->t[0];
-    bool red = is_reduction(a), ln = is_layer_norm(a), rowop = false;
+    bool red = is_reduction(a), ln = is_layer_norm(a), rowfn = ln || is_softmax(a), rowop = false;
     const tpu_tensor *space = red ? &a->t[1] : o; /* a row reduction runs over its input's elements */
     int nout = ln ? 3 : 1;                        /* a layer norm: y, mean, rstd */
     if (b->nops >= GR_MAX_OPS) return false;
@@ -578,7 +600,7 @@ static bool try_join(gbuild *b, int i, const tpu_ew_par *par) {
         bool same = o0->ndim == space->ndim;
         for (int d = 0; same && d < space->ndim; d++) same = o0->sizes[d] == space->sizes[d];
         /* in row mode an op over the row space computes one value per row (a row value) */
-        rowop = !same && !red && !ln && b->rows && !is_random(a->op) && tpu_gr_row_shaped(o0, o);
+        rowop = !same && !red && !rowfn && b->rows && !is_random(a->op) && tpu_gr_row_shaped(o0, o);
         if (!same && !rowop) return false;
     }
     int nin = is_random(a->op) ? 0 : a->n - nout, newloads = 0; /* (bernoulli's p is read from the node) */
@@ -589,7 +611,7 @@ static bool try_join(gbuild *b, int i, const tpu_ew_par *par) {
         if (e < 0 && !t->is_scalar && !rowop && (e = find_row_ent(b, t)) >= 0) rowin[j] = e;
         if (e >= 0 && b->vals[b->ent[e].val].noread) return false;
         if (e >= 0 && rowin[j] < 0 && b->vals[b->ent[e].val].row && !rowop) return false; /* (not over the row) */
-        if ((red || ln) && e >= 0 && b->vals[b->ent[e].val].row) return false; /* folds values over the row */
+        if ((red || rowfn) && e >= 0 && b->vals[b->ent[e].val].row) return false; /* folds values over the row */
         if (t->is_scalar || e >= 0) continue;
         if (base_written(b, t->base)) return false; /* another view of a result */
         for (int k = 0; k < nout; k++)
@@ -612,9 +634,10 @@ static bool try_join(gbuild *b, int i, const tpu_ew_par *par) {
     g->random = is_random(a->op);
     g->red = red;
     g->rowop = rowop;
+    g->rowfn = rowfn;
     g->ln = ln;
     g->lnstore[0] = g->lnstore[1] = -1;
-    b->rows = b->rows || red || ln;
+    b->rows = b->rows || red || rowfn;
     g->round = (tpu_dtype)o->dtype;
     for (int j = 0; j < 3; j++) b->inval[3 * op + j] = -1;
     for (int j = 0; j < nin; j++) {
@@ -1200,7 +1223,7 @@ static bool plan_bind(tpu_gprog *p, tpu_graph *gr, bool refresh) {
             int i = p->order[m];
             const tpu_kargs *a = &gr->nodes[i];
             const gr_op *go = s->group >= 0 ? &p->groups[s->group].ops[m - s->first] : NULL;
-            if (refresh && go && !is_random(a->op) && !go->ln)
+            if (refresh && go && !is_random(a->op) && !go->rowfn)
                 tpu_ew_prepare_f(a, &p->groups[s->group].ops[m - s->first].par);
             int nout = go ? (go->ln ? 3 : 1) : tpu_op_infos[a->op].nout;
             for (int k = 0; k < nout && k < a->n; k++) {

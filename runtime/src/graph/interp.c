@@ -111,6 +111,15 @@ static void gr_random(const tpu_kargs *a, float *out, int64_t pos, int len, int 
     for (int j = len; j < tile; j++) out[j] = 0.0f;
 }
 
+/* A row function's result (row mode: the tile is the row), stored if needed. */
+static void gr_store_row(const gr_run *r, const gr_op *o, const int64_t *off, int64_t inner, const float *out,
+                         int len) {
+    int m = o->store;
+    if (m < 0) return;
+    int64_t s = r->st[m][r->nd - 1];
+    tpu_tile_store_f32(r->base[m] + (size_t)(off[m] + inner * s) * r->esz[m], s, out, len, r->dt[m]);
+}
+
 /* One tile: len elements starting `inner` into the current row, `pos` into
  * the iteration space (row-major: the outputs' element index). */
 static void gr_tile(const gr_run *r, float *S, const int64_t *off, int64_t inner, int len, int64_t pos) {
@@ -141,11 +150,7 @@ static void gr_tile(const gr_run *r, float *S, const int64_t *off, int64_t inner
                 if (o->lnstore[k] >= 0)
                     tpu_store_f64(r->base[o->lnstore[k]] + (size_t)off[o->lnstore[k]] * r->esz[o->lnstore[k]],
                                   r->dt[o->lnstore[k]], st[k]);
-            if (o->store >= 0) {
-                int m = o->store;
-                tpu_tile_store_f32(r->base[m] + (size_t)(off[m] + inner * r->st[m][r->nd - 1]) * r->esz[m],
-                                   r->st[m][r->nd - 1], out, len, r->dt[m]);
-            }
+            gr_store_row(r, o, off, inner, out, len);
             continue;
         }
         if (o->red) { /* row mode: the tile is the row; its value as stored, over the slot */
@@ -157,6 +162,13 @@ static void gr_tile(const gr_run *r, float *S, const int64_t *off, int64_t inner
             gr_fill(out, f, T);
             if (o->store >= 0)
                 memcpy(r->base[o->store] + (size_t)off[o->store] * r->esz[o->store], held, r->esz[o->store]);
+            continue;
+        }
+        if (o->rowfn) { /* row mode: a softmax-family op over the row (its kernel's row function) */
+            tpu_softmax_row_f(r->nodes[o->node].op, out, S + (size_t)r->phys[o->in[0]] * SS,
+                              o->nin > 1 ? S + (size_t)r->phys[o->in[1]] * SS : NULL, len);
+            gr_round(out, T, o->round);
+            gr_store_row(r, o, off, inner, out, len);
             continue;
         }
         const float *x = S + (size_t)r->phys[o->in[0]] * SS, *y = S + (size_t)r->phys[o->in[1]] * SS;
@@ -257,7 +269,7 @@ int tpu_gr_table_input(const gr_group *g, const tpu_kargs *nodes) {
     int in = -1, nstores = 0, ncomp = 0;
     for (int i = 0; i < g->nops; i++) {
         const gr_op *o = &g->ops[i];
-        if (o->random || o->red || o->ln) return -1;
+        if (o->random || o->red || o->rowfn) return -1;
         for (int j = 0; j < o->nin; j++)
             if (o->load[j] >= 0) {
                 if (in >= 0 && in != o->load[j]) return -1; /* a second tensor input */
@@ -575,7 +587,7 @@ tpu_status tpu_gr_run_group(const tpu_gprog *p, const gr_group *g) {
     int64_t row = 0;                                                 /* row mode: the row's length */
     tpu_tensor *expanded = NULL; /* row mode: each row reduction's output seen over the space (stride 0 in the row) */
     for (int i = 0; i < g->nops; i++)
-        if (g->ops[i].red || g->ops[i].ln) row = space->sizes[space->ndim - 1];
+        if (g->ops[i].red || g->ops[i].rowfn) row = space->sizes[space->ndim - 1];
     if (row && !(expanded = malloc((size_t)(g->nmem + 1) * sizeof *expanded))) {
         free(r), free(arrays), free(views), free(phys), free(cval);
         return TPU_ERROR_OUT_OF_MEMORY;

@@ -19,6 +19,8 @@ typedef struct gr_op {
                       * into one value per row, stored to `store` and broadcast over slot `out` */
     bool rowop;  /* an op over the row space [..., 1] (row mode): one value per row, broadcast over
                       * its slot; its memory operands are one element per row */
+    bool rowfn;  /* a softmax-family op or a layer norm over the last dim (row mode): computed from
+                  * whole rows of its inputs by its kernel's own row function */
     bool ln;     /* a LAYER_NORM over the last dim (row mode): slot in[0] is the row of x, in[1] / in[2]
                       * its weight and bias (as present) read along the row; out is y; mean and rstd
                       * are stored to lnstore[0] / [1] (memory operands, or -1) and never read in the group */

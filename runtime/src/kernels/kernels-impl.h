@@ -60,6 +60,11 @@ double tpu_red_row_value(tpu_op op, tpu_dtype idt, const float *x, int64_t n);
  * (x - mean) * rstd [* w] [+ b] in float; w, b may be NULL. */
 void tpu_ln_row_f(float *y, const float *x, int64_t M, const float *w, const float *b, double eps, double *mean,
                   double *rstd);
+/* One line of SOFTMAX / LOG_SOFTMAX (in0: x) or of their backwards (in0:
+ * grad, in1: y) over n contiguous floats (softmax.c): the float kernel's
+ * own row code, which it runs whenever the output is contiguous along dim,
+ * so a fused group holding the row gets the kernel's bits. */
+void tpu_softmax_row_f(tpu_op op, float *out, const float *in0, const float *in1, int64_t n);
 /* Run the fast kernel of a.op (registry.c: dispatch by family). */
 tpu_status tpu_kernel_run(tpu_kargs *a);
 /* The unit gemm.c runs for fp32 (bf16 = false) or bf16 operands on this host:

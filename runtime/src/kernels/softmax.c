@@ -223,6 +223,10 @@ static void row_f(tpu_op op, float *out, const float *in0, const float *in1, int
     }
 }
 
+void tpu_softmax_row_f(tpu_op op, float *out, const float *in0, const float *in1, int64_t n) {
+    row_f(op, out, in0, in1, n);
+}
+
 /* ---- double rows ---- */
 
 static void row_d(tpu_op op, double *out, const double *in0, const double *in1, int64_t n) {
