@@ -161,6 +161,16 @@ def test_row_reductions_fuse_with_their_producers(dtype):
     assert st["fused_groups_run"] == 1 and st["kernels_run"] == 0 and st["ops_fused"] == st["ops_recorded"]
 
 
+def _strict_then_fused_same_bits(run, train):
+    """run(mode, train) -> (tensors, fused_stats) in Strict, then in Fused: the same bits; Fused's pair."""
+    strict, _ = run("strict", train)
+    fused, st = run("fused", train)
+    assert len(strict) == len(fused)
+    for a, b in zip(strict, fused):
+        assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+    return fused, st
+
+
 def _ln_block(x, bias, res, ln, p_drop):
     h = torch.nn.functional.gelu(x + bias)
     h = torch.nn.functional.dropout(h, p=p_drop, training=p_drop > 0)
@@ -203,10 +213,7 @@ def test_layer_norm_fuses_with_producers_and_consumers(dtype, affine):
             return out, st
 
     for train in (True, False):
-        strict, _ = run("strict", train)
-        fused, st = run("fused", train)
-        for a, b in zip(strict, fused):
-            assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+        fused, st = _strict_then_fused_same_bits(run, train)
         assert st["kernels_run"] == 0 and st["ops_fused"] == st["ops_recorded"]
     assert st["fused_groups_run"] == 1  # inference: one pass, x, bias, res and the weights in, y out
     ref = _ln_block(x.float(), bias.float(), res.float(), ln0.float(), 0.0)
@@ -252,10 +259,7 @@ def test_softmax_fuses_with_producers_and_consumers(dtype):
             return out, st
 
     for train in (True, False):
-        strict, _ = run("strict", train)
-        fused, st = run("fused", train)
-        for a, b in zip(strict, fused):
-            assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+        fused, st = _strict_then_fused_same_bits(run, train)
         assert st["kernels_run"] == 2 and st["fused_groups_run"] == 1  # the two matmuls, one group between
     ref = _attention(q.float(), k.float(), v.float(), mask.float(), 0.0)
     tol = dict(rtol=0.03, atol=0.03) if dtype != torch.float32 else dict(rtol=1e-4, atol=1e-5)
