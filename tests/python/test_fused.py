@@ -319,6 +319,28 @@ def test_peak_counts_results_stored_then_freed():
     del z
 
 
+def test_peak_counts_kernel_results_alive_together():
+    """Results of kernels (matmuls) alive at once inside a window count together in the
+    peak, as in Strict, even when all are freed before the flush; the fused intermediates
+    that never reach memory do not count."""
+    def work():
+        x = torch.ones(512, 512, device="tpu")
+        torch_tpu.synchronize()
+        torch.tpu.reset_peak_memory_stats()
+        base = torch.tpu.memory_allocated()
+        a, b, c = x @ x, x @ x, x @ x          # three 1 MiB kernel results alive together
+        d = ((a + b).tanh() * 2 + c).sum()     # the chain's intermediates: never stored in Fused
+        del a, b, c
+        v = d.item()
+        return v, torch.tpu.max_memory_allocated() - base
+
+    v_strict, peak_strict = run_in("strict", work)
+    v_fused, peak_fused = run_in("fused", work)
+    assert v_strict == v_fused
+    mib = 512 * 512 * 4  # Fused: a, b, c and the chain's result (the sum kernel reads it); Strict: its temporaries too
+    assert 4 * mib <= peak_fused <= 4 * mib + 4096 < 5 * mib <= peak_strict
+
+
 def test_memory_allocated_counts_what_is_alive():
     with torch_tpu.eager_mode("fused"):
         before = torch.tpu.memory_allocated()

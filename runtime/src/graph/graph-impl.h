@@ -61,6 +61,7 @@ typedef struct tpu_graph {
     void **freed;       /* storage bases (host) freed while the graph was open ... */
     int *freed_at;      /* ... each after how many nodes (a storage may be freed, reused and freed again) */
     size_t *freed_size; /* ... and the bytes of the block freed */
+    bool *freed_fresh;  /* ... and whether the block was not bound yet (allocated inside the window) */
     int nfreed, capfreed;
     struct gr_key *key; /* the plan-cache key, built as nodes are appended (graph.c) */
     bool nokey;         /* no host memory for it: planned without the cache */
@@ -74,7 +75,7 @@ void tpu_graph_release(tpu_graph *g);
 tpu_kargs *tpu_graph_append(tpu_graph *g, const tpu_kargs *a);
 /* Note that the storage at `base` was freed now, after the nodes recorded
  * so far (false: out of host memory). */
-bool tpu_graph_add_freed(tpu_graph *g, void *base, size_t bytes);
+bool tpu_graph_add_freed(tpu_graph *g, void *base, size_t bytes, bool fresh);
 /* Whether a node of the graph writes the storage at `base`. */
 bool tpu_graph_writes(const tpu_graph *g, const void *base);
 
@@ -82,14 +83,13 @@ bool tpu_graph_writes(const tpu_graph *g, const void *base);
 typedef struct tpu_gprog tpu_gprog;
 
 typedef struct tpu_gprog_info {
-    int nodes;             /* nodes in the graph */
-    int steps;             /* steps run (groups + single nodes) */
-    int groups;            /* fused groups of two nodes or more */
-    int fused_nodes;       /* nodes inside those groups */
-    int64_t dead_results;  /* node results never stored (dead intermediates) */
-    size_t transient_peak; /* most bytes at once of stored results freed inside the graph (memory stats) */
-    int table_groups;      /* of the groups, those run as lookup tables (interp.c) */
-    bool cache_hit;        /* the plan came from the plan cache (no analysis) */
+    int nodes;            /* nodes in the graph */
+    int steps;            /* steps run (groups + single nodes) */
+    int groups;           /* fused groups of two nodes or more */
+    int fused_nodes;      /* nodes inside those groups */
+    int64_t dead_results; /* node results never stored (dead intermediates) */
+    int table_groups;     /* of the groups, those run as lookup tables (interp.c) */
+    bool cache_hit;       /* the plan came from the plan cache (no analysis) */
 } tpu_gprog_info;
 
 /* Compile g into a program, which takes g's nodes (g is left empty, its
@@ -100,6 +100,14 @@ tpu_gprog_info tpu_gprog_get_info(const tpu_gprog *p);
 /* fn(user, base) for each storage the program writes to memory (once per
  * storage), so the device can bind it before the program runs. */
 void tpu_gprog_foreach_store(const tpu_gprog *p, void (*fn)(void *user, void *base), void *user);
+/* Memory the program's run takes at its fullest, beyond what is bound
+ * (allocated) when it is flushed: in run order, a block bound before the
+ * window counts until the window frees it, a block allocated inside it from
+ * the step that first stores to it until it is freed (one never stored to
+ * is a dead intermediate: nothing) or, if it is alive at the end, as
+ * fresh_alive(user, base) says (its bytes if it is not bound yet, else 0).
+ * The device adds the result to the allocated bytes for the peak. */
+size_t tpu_gprog_mem_peak(const tpu_gprog *p, size_t (*fresh_alive)(void *user, void *base), void *user);
 /* Run every step in order; the first failing step's status is returned and
  * its message ("tpu kernel 'op' failed: ...") written to err; later steps
  * still run, as queued launches would. */

@@ -220,6 +220,7 @@ void tpu_graph_release(tpu_graph *g) {
     free(g->freed);
     free(g->freed_at);
     free(g->freed_size);
+    free(g->freed_fresh);
     tpu_graph_init(g);
 }
 
@@ -254,7 +255,7 @@ tpu_kargs *tpu_graph_append(tpu_graph *g, const tpu_kargs *a) {
     return node;
 }
 
-bool tpu_graph_add_freed(tpu_graph *g, void *base, size_t bytes) {
+bool tpu_graph_add_freed(tpu_graph *g, void *base, size_t bytes, bool fresh) {
     if (g->nfreed == g->capfreed) {
         int cap = g->capfreed ? 2 * g->capfreed : 64;
         void **nf = realloc(g->freed, (size_t)cap * sizeof *nf);
@@ -262,12 +263,15 @@ bool tpu_graph_add_freed(tpu_graph *g, void *base, size_t bytes) {
         int *na = nf ? realloc(g->freed_at, (size_t)cap * sizeof *na) : NULL;
         if (na) g->freed_at = na;
         size_t *ns = na ? realloc(g->freed_size, (size_t)cap * sizeof *ns) : NULL;
-        if (!ns) return false;
-        g->freed_size = ns;
+        if (ns) g->freed_size = ns;
+        bool *nb = ns ? realloc(g->freed_fresh, (size_t)cap * sizeof *nb) : NULL;
+        if (!nb) return false;
+        g->freed_fresh = nb;
         g->capfreed = cap;
     }
     g->freed[g->nfreed] = base;
     g->freed_size[g->nfreed] = bytes;
+    g->freed_fresh[g->nfreed] = fresh;
     g->freed_at[g->nfreed++] = g->n;
     return true;
 }
@@ -771,6 +775,7 @@ static void prog_free_parts(tpu_gprog *p) {
     free(p->groups);
     free(p->steps);
     free(p->stores);
+    free(p->mev);
     free(p->node_step);
     free(p->node_store);
     free(p->order);
@@ -791,8 +796,7 @@ void tpu_gprog_free(tpu_gprog *p) {
 typedef struct touches {
     int *pos, *grp; /* reads */
     int n, cap;
-    int *fpos;     /* frees */
-    size_t *fsize; /* the bytes each free released */
+    int *fpos; /* frees */
     int nf, capf;
 } touches;
 
@@ -800,10 +804,6 @@ typedef struct liveness {
     ptrmap idx; /* storage base -> 1 + index into t[] */
     touches *t;
     int nt;
-    /* stored results whose storage is freed inside the graph: [from, to) bytes */
-    int *tr_from, *tr_to;
-    size_t *tr_bytes;
-    int ntr, captr;
 } liveness;
 
 static touches *live_of(liveness *L, const void *base, bool add) {
@@ -821,12 +821,8 @@ static void live_free(liveness *L) {
         free(L->t[k].pos);
         free(L->t[k].grp);
         free(L->t[k].fpos);
-        free(L->t[k].fsize);
     }
     free(L->t);
-    free(L->tr_from);
-    free(L->tr_to);
-    free(L->tr_bytes);
     pm_free(&L->idx);
 }
 
@@ -854,12 +850,8 @@ static bool live_build(liveness *L, const tpu_graph *gr, const int *group_of) {
     }
     for (int f = 0; f < gr->nfreed; f++) {
         touches *t = live_of(L, gr->freed[f], true);
-        int capf = t->capf;
-        if (!grow((void **)&t->fpos, &capf, t->nf + 1, sizeof *t->fpos) ||
-            !grow((void **)&t->fsize, &t->capf, t->nf + 1, sizeof *t->fsize))
-            return false;
-        t->fpos[t->nf] = gr->freed_at[f];
-        t->fsize[t->nf++] = gr->freed_size[f];
+        if (!grow((void **)&t->fpos, &t->capf, t->nf + 1, sizeof *t->fpos)) return false;
+        t->fpos[t->nf++] = gr->freed_at[f];
     }
     return !L->idx.bad;
 }
@@ -870,45 +862,13 @@ static bool live_build(liveness *L, const tpu_graph *gr, const int *group_of) {
 static bool value_needed(liveness *L, const void *base, int i, int g) {
     touches *t = live_of(L, base, false);
     if (!t) return true;
-    int f = -1, fk = -1;
+    int f = -1;
     for (int k = 0; k < t->nf && f < 0; k++)
-        if (t->fpos[k] > i) f = t->fpos[k], fk = k;
+        if (t->fpos[k] > i) f = t->fpos[k];
     if (f < 0) return true;
     for (int k = 0; k < t->n; k++)
-        if (t->pos[k] > i && t->pos[k] < f && t->grp[k] != g) {
-            /* stored, then freed inside the graph: it takes memory from i to f */
-            int cap = L->captr, cap2 = L->captr;
-            if (grow((void **)&L->tr_from, &cap, L->ntr + 1, sizeof *L->tr_from) &&
-                grow((void **)&L->tr_to, &cap2, L->ntr + 1, sizeof *L->tr_to) &&
-                grow((void **)&L->tr_bytes, &L->captr, L->ntr + 1, sizeof *L->tr_bytes)) {
-                L->tr_from[L->ntr] = i;
-                L->tr_to[L->ntr] = f;
-                L->tr_bytes[L->ntr++] = t->fsize[fk];
-            }
-            return true;
-        }
+        if (t->pos[k] > i && t->pos[k] < f && t->grp[k] != g) return true;
     return false;
-}
-
-/* Most bytes of those stored-then-freed results alive at once. */
-static size_t transient_peak(const liveness *L, int n) {
-    int64_t *delta = calloc((size_t)n + 2, sizeof *delta);
-    if (!delta) {
-        size_t all = 0; /* (no host memory: all at once, an upper bound) */
-        for (int k = 0; k < L->ntr; k++) all += L->tr_bytes[k];
-        return all;
-    }
-    for (int k = 0; k < L->ntr; k++) {
-        delta[L->tr_from[k]] += (int64_t)L->tr_bytes[k];
-        delta[L->tr_to[k] <= n ? L->tr_to[k] : n + 1] -= (int64_t)L->tr_bytes[k];
-    }
-    int64_t cur = 0, peak = 0;
-    for (int i = 0; i <= n + 1; i++) {
-        cur += delta[i];
-        if (cur > peak) peak = cur;
-    }
-    free(delta);
-    return (size_t)peak;
 }
 
 /* Decide which results of group g reach memory: the last write of each
@@ -1141,7 +1101,6 @@ static tpu_gprog *plan_fresh(const tpu_graph *gr) {
     }
     p->info.nodes = n;
     p->info.steps = p->nsteps;
-    p->info.transient_peak = transient_peak(&L, n);
     goto done;
 
 oom:
@@ -1204,6 +1163,60 @@ static tpu_gprog *plan_clone(const tpu_gprog *t) {
     return p;
 }
 
+/* A memory event of a program (tpu_gprog_mem_peak): at `pos` (a node's
+ * index; a free after pos nodes), storage `base` written, or freed (bytes;
+ * fresh: allocated inside the window, not bound before). Sorted by storage,
+ * then position, a free before a write at the same position. */
+enum { MEV_FREE_FRESH, MEV_FREE_BOUND, MEV_WRITE };
+typedef struct gr_memev {
+    void *base;
+    int pos, kind;
+    size_t bytes;
+} gr_memev;
+
+static int memev_cmp(const void *x, const void *y) {
+    const gr_memev *a = x, *b = y;
+    if (a->base != b->base) return (uintptr_t)a->base < (uintptr_t)b->base ? -1 : 1;
+    if (a->pos != b->pos) return a->pos < b->pos ? -1 : 1;
+    return (a->kind > MEV_FREE_BOUND) - (b->kind > MEV_FREE_BOUND);
+}
+
+size_t tpu_gprog_mem_peak(const tpu_gprog *p, size_t (*fresh_alive)(void *user, void *base), void *user) {
+    int n = p->n;
+    int64_t *delta = calloc((size_t)n + 2, sizeof *delta), total = 0;
+    for (int e = 0; e < p->nmev;) {
+        void *base = p->mev[e].base;
+        int w = -1; /* the current lifetime's first write */
+        for (; e < p->nmev && p->mev[e].base == base; e++) {
+            const gr_memev *v = &p->mev[e];
+            int from = -1;
+            if (v->kind == MEV_WRITE) {
+                if (w < 0) w = v->pos;
+                continue;
+            }
+            if (v->kind == MEV_FREE_BOUND)
+                from = 0; /* bound before the window: it counts until freed */
+            else if (w >= 0)
+                from = w; /* (fresh and never stored: a dead intermediate) */
+            w = -1;
+            if (from < 0 || from >= v->pos) continue;
+            total += (int64_t)v->bytes;
+            if (delta) delta[from] += (int64_t)v->bytes, delta[v->pos] -= (int64_t)v->bytes;
+        }
+        size_t alive = w >= 0 ? fresh_alive(user, base) : 0; /* alive at the end, bound by the flush */
+        total += (int64_t)alive;
+        if (delta) delta[w >= 0 ? w : n + 1] += (int64_t)alive;
+    }
+    if (!delta) return (size_t)total; /* (no host memory: everything at once, an upper bound) */
+    int64_t cur = 0, peak = 0;
+    for (int i = 0; i <= n + 1; i++) {
+        cur += delta[i];
+        if (cur > peak) peak = cur;
+    }
+    free(delta);
+    return (size_t)peak;
+}
+
 /* Give plan p the graph's nodes (gr is left empty) and list the storages
  * it writes; `refresh`: recompute each fused op's parameters from its node
  * (a cached plan meets new parameter values). */
@@ -1213,7 +1226,9 @@ static bool plan_bind(tpu_gprog *p, tpu_graph *gr, bool refresh) {
     size_t nops = 1;
     for (int i = 0; i < n; i++) nops += (size_t)gr->nodes[i].n;
     p->stores = malloc(nops * sizeof *p->stores);
-    if (!p->stores || !pm_init(&seen, nops)) {
+    p->mev = malloc((nops + (size_t)gr->nfreed) * sizeof *p->mev);
+    p->nmev = 0;
+    if (!p->stores || !p->mev || !pm_init(&seen, nops)) {
         pm_free(&seen);
         return false;
     }
@@ -1229,12 +1244,18 @@ static bool plan_bind(tpu_gprog *p, tpu_graph *gr, bool refresh) {
             for (int k = 0; k < nout && k < a->n; k++) {
                 if (go ? (k == 0 ? go->store < 0 : go->lnstore[k - 1] < 0) : !p->node_store[i]) continue;
                 void *base = a->t[k].base;
-                if (a->t[k].is_scalar || !base || pm_get(&seen, base, 0)) continue;
+                if (a->t[k].is_scalar || !base) continue;
+                p->mev[p->nmev++] = (gr_memev){base, i, MEV_WRITE, 0};
+                if (pm_get(&seen, base, 0)) continue;
                 pm_put(&seen, base, 1);
                 p->stores[p->nstores++] = base;
             }
         }
     }
+    for (int f = 0; f < gr->nfreed; f++)
+        p->mev[p->nmev++] = (gr_memev){gr->freed[f], gr->freed_at[f],
+                                       gr->freed_fresh[f] ? MEV_FREE_FRESH : MEV_FREE_BOUND, gr->freed_size[f]};
+    qsort(p->mev, (size_t)p->nmev, sizeof *p->mev, memev_cmp);
     bool bad = seen.bad;
     pm_free(&seen);
     if (bad) return false;

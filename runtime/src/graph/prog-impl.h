@@ -76,6 +76,10 @@ struct tpu_gprog {
     int *node_step;     /* step of each node (dump) */
     int8_t *node_store; /* 1: the node's result reaches memory (dump) */
     tpu_gprog_info info;
+    /* memory events for tpu_gprog_mem_peak: a write (step position, storage) per
+     * store and kernel output, a free (after how many nodes, bytes, fresh) per free */
+    struct gr_memev *mev; /* (graph.c) */
+    int nmev;
     bool excess; /* keep float32 between bf16/f16 ops (tpu_set_allow_excess_precision at compile) */
     bool tables; /* run table-eligible groups as lookup tables (tpu_set_fused_tables at compile) */
 };

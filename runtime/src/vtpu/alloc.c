@@ -395,6 +395,7 @@ tpu_status tpu_free(void *devptr) {
     if (!a) return s;
     tpu_stream_t stream = b && b->live ? b->stream : NULL;
     size_t bytes = b && b->live ? b->size : 0;
+    bool fresh = b && b->live && b->deferred;
     int nuses = b && b->live ? b->nuses : 0;
     tpu_stream_t uses[MAX_USES];
     for (int k = 0; k < nuses; k++) uses[k] = b->use_stream[k];
@@ -403,7 +404,7 @@ tpu_status tpu_free(void *devptr) {
     for (int k = 0; k < nuses; k++) tpu_window_flush(uses[k], TPU_FLUSH_STREAM_WAIT);
     /* Its stream's window is open: the window may still read or write it. */
     bool kernel_written = false;
-    bool pending = stream && tpu_window_note_free(stream, devptr, bytes, &kernel_written);
+    bool pending = stream && tpu_window_note_free(stream, devptr, bytes, fresh, &kernel_written);
     if (kernel_written) tpu_alloc_materialize(devptr); /* a kernel writes it: it exists */
     return free_now(devptr, pending);
 }
@@ -420,7 +421,18 @@ void tpu_alloc_materialize(const void *devptr) {
     pthread_mutex_unlock(&a->mu);
 }
 
-void tpu_alloc_note_transient(int dev, size_t bytes) {
+size_t tpu_alloc_deferred_size(const void *devptr) {
+    struct tpu_alloc *a;
+    tpu_status s;
+    if (!tpu_alloc_any_deferred() || tpu_mem_device_of(devptr) < 0) return 0;
+    block *b = lock_block(devptr, &a, &s);
+    if (!a) return 0;
+    size_t n = b && b->live && b->deferred ? b->size : 0;
+    pthread_mutex_unlock(&a->mu);
+    return n;
+}
+
+void tpu_alloc_note_window_peak(int dev, size_t bytes) {
     tpu_chip *c;
     if (!bytes || tpu_chip_get(dev, &c)) return;
     struct tpu_alloc *a = c->alloc;

@@ -73,10 +73,12 @@ tpu_status tpu_alloc_check_live(const void *devptr, size_t nbytes, const char *w
 void tpu_alloc_materialize(const void *devptr);
 /* Bind every live deferred block of chip `dev` (a flush: what is alive now exists). */
 void tpu_alloc_bind_all(int dev);
-/* A flushed window also stores `bytes` at once (at most) of results freed
- * inside it: the peak counts them on top of what is allocated now (an upper
- * bound: they need not have been alive together with all of it). */
-void tpu_alloc_note_transient(int dev, size_t bytes);
+/* A window being flushed takes `bytes` beyond what is allocated now at its
+ * fullest (tpu_gprog_mem_peak): the peak counts allocated + bytes. */
+void tpu_alloc_note_window_peak(int dev, size_t bytes);
+/* The size of the live block at devptr if it is not bound yet (Fused Eager:
+ * allocated in the open window), else 0. */
+size_t tpu_alloc_deferred_size(const void *devptr);
 bool tpu_alloc_any_deferred(void);
 bool tpu_alloc_is_bound(const void *devptr);
 /* Device address of host address `host` inside chip `dev`'s arena. */
@@ -117,9 +119,9 @@ tpu_status tpu_window_flush(tpu_stream_t s, tpu_flush_cause cause);
 /* Flush every window of chip `dev` (every chip if dev < 0). */
 tpu_status tpu_windows_flush_dev(int dev, tpu_flush_cause cause);
 /* If s's window is open, note the free of the block at device address
- * `devptr` there and return true (*kernel_written: a recorded launch that
- * cannot fuse writes it); else false. */
-bool tpu_window_note_free(tpu_stream_t s, void *devptr, size_t bytes, bool *kernel_written);
+ * `devptr` there (fresh: not bound yet) and return true (*kernel_written: a
+ * recorded launch that cannot fuse writes it); else false. */
+bool tpu_window_note_free(tpu_stream_t s, void *devptr, size_t bytes, bool fresh, bool *kernel_written);
 /* Count bytes freed without ever being bound (fused_stats). */
 void tpu_fused_note_never(size_t bytes);
 /* Whether any open window of chip `dev` writes the storage at `devptr`. */

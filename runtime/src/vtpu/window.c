@@ -154,6 +154,7 @@ tpu_status tpu_window_record(tpu_stream_t s, const tpu_kargs *a) {
 }
 
 static void bind_store(void *dev, void *host) { tpu_alloc_materialize(tpu_host_to_dev(*(int *)dev, host)); }
+static size_t fresh_alive(void *dev, void *host) { return tpu_alloc_deferred_size(tpu_host_to_dev(*(int *)dev, host)); }
 
 tpu_status tpu_window_flush(tpu_stream_t s, tpu_flush_cause cause) {
     tpu_window *w = tpu_stream_window(s);
@@ -174,6 +175,7 @@ tpu_status tpu_window_flush(tpu_stream_t s, tpu_flush_cause cause) {
     atomic_store_explicit(&w->n, 0, memory_order_release);
     w->bytes = 0;
     kw_clear(w);
+    tpu_alloc_note_window_peak(dev, tpu_gprog_mem_peak(p, fresh_alive, &dev)); /* (before the stores are bound) */
     tpu_gprog_foreach_store(p, bind_store, &dev);
     tpu_gprog_info info = tpu_gprog_get_info(p);
     if (dump_enabled()) {
@@ -184,7 +186,6 @@ tpu_status tpu_window_flush(tpu_stream_t s, tpu_flush_cause cause) {
     c->u.graph = p;
     tpu_status st = tpu_stream_enqueue_raw(s, c, NULL);
     tpu_alloc_bind_all(dev); /* what is still alive exists now (an empty() nothing wrote included) */
-    tpu_alloc_note_transient(dev, info.transient_peak);
     pthread_mutex_unlock(&w->mu);
     atomic_fetch_add(&st_flushes[cause], 1);
     atomic_fetch_add(&st_fused, (uint64_t)info.fused_nodes);
@@ -214,7 +215,7 @@ tpu_status tpu_flush(tpu_stream_t s) {
     return s ? tpu_window_flush(s, TPU_FLUSH_EXPLICIT) : tpu_windows_flush_dev(-1, TPU_FLUSH_EXPLICIT);
 }
 
-bool tpu_window_note_free(tpu_stream_t s, void *devptr, size_t bytes, bool *kernel_written) {
+bool tpu_window_note_free(tpu_stream_t s, void *devptr, size_t bytes, bool fresh, bool *kernel_written) {
     tpu_window *w = s ? tpu_stream_window(s) : NULL;
     *kernel_written = false;
     if (!w || atomic_load_explicit(&w->n, memory_order_acquire) == 0) return false;
@@ -222,7 +223,7 @@ bool tpu_window_note_free(tpu_stream_t s, void *devptr, size_t bytes, bool *kern
     pthread_mutex_lock(&w->mu);
     bool open = w->g.n > 0 && host;
     if (open) {
-        tpu_graph_add_freed(&w->g, host, bytes); /* (no host memory: the free goes unseen, its value is stored) */
+        tpu_graph_add_freed(&w->g, host, bytes, fresh); /* (no host memory: unseen, its value is stored) */
         *kernel_written = kw_has(w, host);
     }
     pthread_mutex_unlock(&w->mu);
