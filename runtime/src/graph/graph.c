@@ -627,7 +627,7 @@ static bool try_join(gbuild *b, int i, const tpu_ew_par *par) {
     for (int k = 1; k < nout; k++)
         if (a->t[k].base == o->base || (k == 2 && a->t[2].base == a->t[1].base)) return false;
     if (b->nloads + newloads > GR_MAX_LOADS || !build_reserve(b)) return false;
-    if (2 * (b->map->used + 4) > b->map->mask) return false; /* the shared map is full */
+    if (2 * (b->map->used + 8) > b->map->mask) return false; /* the shared map is full (a node adds <= 6) */
 
     int op = b->nops++;
     gr_op *g = &b->ops[op];

@@ -66,11 +66,14 @@ void tpu_fused_note_never(size_t bytes) { atomic_fetch_add(&st_never_bytes, (uin
 /* ---- the set of storages written by launches that cannot fuse ---- */
 
 /* Whether a launch may run inside a fused group (a cheap superset of what
- * the planner fuses: a float-domain elementwise op or a float random fill). */
+ * the planner fuses: a float-domain elementwise op, a float random fill, a
+ * reduction, a layer norm or a softmax-family op). */
 static bool may_fuse(const tpu_kargs *a) {
     tpu_op_class c = tpu_op_class_of(a->op);
     if (c == TPU_CLASS_RANDOM) return a->op != TPU_OP_RAND_INT;
     if (a->op == TPU_OP_COPY) return true; /* a cast (class MOVE) */
+    if (c == TPU_CLASS_REDUCTION || a->op == TPU_OP_LAYER_NORM) return true;
+    if (a->op >= TPU_OP_SOFTMAX && a->op <= TPU_OP_LOG_SOFTMAX_BWD) return true;
     if (c < TPU_CLASS_UNARY || c > TPU_CLASS_TERNARY || tpu_op_family_of(a->op) != TPU_FAM_EW) return false;
     tpu_dtype cd = (tpu_dtype)a->p.compute_dtype;
     return cd == TPU_F32 || cd == TPU_F16 || cd == TPU_BF16;
