@@ -161,6 +161,16 @@ def test_row_reductions_fuse_with_their_producers(dtype):
     assert st["fused_groups_run"] == 1 and st["kernels_run"] == 0 and st["ops_fused"] == st["ops_recorded"]
 
 
+def _run_counted(seed, fn):
+    """fn() from a seeded generator after a sync, its result synchronized: (result, fused_stats of fn alone)."""
+    torch.manual_seed(seed)
+    torch_tpu.synchronize()
+    torch_tpu.reset_fused_stats()
+    y = fn()
+    torch_tpu.synchronize(y)
+    return y, torch_tpu.fused_stats()
+
+
 def _strict_then_fused_same_bits(run, train):
     """run(mode, train) -> (tensors, fused_stats) in Strict, then in Fused: the same bits; Fused's pair."""
     strict, _ = run("strict", train)
@@ -199,12 +209,7 @@ def test_layer_norm_fuses_with_producers_and_consumers(dtype, affine):
             ln = torch.nn.LayerNorm(H, elementwise_affine=affine, device="tpu", dtype=dtype)
             ln.load_state_dict(ln0.state_dict())
             xt, rt, bt = (t.to("tpu").requires_grad_(train) for t in (x, res, bias))
-            torch.manual_seed(7)
-            torch_tpu.synchronize()
-            torch_tpu.reset_fused_stats()
-            y = _ln_block(xt, bt, rt, ln, 0.1 if train else 0.0)
-            torch_tpu.synchronize(y)
-            st = torch_tpu.fused_stats()
+            y, st = _run_counted(7, lambda: _ln_block(xt, bt, rt, ln, 0.1 if train else 0.0))
             out = [y.detach().cpu()]
             if train:
                 y.backward(gy.to("tpu"))
@@ -244,12 +249,7 @@ def test_softmax_fuses_with_producers_and_consumers(dtype):
         with torch_tpu.eager_mode(mode):
             qt, kt, vt, lt = (t.to("tpu").requires_grad_(train) for t in (q, k, v, logits))
             mt, tt = mask.to("tpu"), tgt.to("tpu")
-            torch.manual_seed(3)
-            torch_tpu.synchronize()
-            torch_tpu.reset_fused_stats()
-            o = _attention(qt, kt, vt, mt, 0.1 if train else 0.0)
-            torch_tpu.synchronize(o)
-            st = torch_tpu.fused_stats()
+            o, st = _run_counted(3, lambda: _attention(qt, kt, vt, mt, 0.1 if train else 0.0))
             lp = torch.log_softmax(lt * 2 - 1, -1)
             loss = torch.nn.functional.cross_entropy(lt.float() * 0.5, tt)
             out = [o.detach().cpu(), lp.detach().cpu(), loss.detach().cpu().reshape(1)]

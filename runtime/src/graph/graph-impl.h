@@ -103,7 +103,7 @@ void tpu_gprog_foreach_store(const tpu_gprog *p, void (*fn)(void *user, void *ba
 /* Memory the program's run takes at its fullest, beyond what is bound
  * (allocated) when it is flushed: in run order, a block bound before the
  * window counts until the window frees it, a block allocated inside it from
- * the step that first stores to it until it is freed (one never stored to
+ * the node that first stores to it until it is freed (one never stored to
  * is a dead intermediate: nothing) or, if it is alive at the end, as
  * fresh_alive(user, base) says (its bytes if it is not bound yet, else 0).
  * The device adds the result to the allocated bytes for the peak. */
