@@ -649,13 +649,15 @@ std::vector<std::string> py_flush_causes() {
 }
 // Flushes by cause (in py_flush_causes' order), then ops recorded, ops fused,
 // groups run, kernels run, results never stored, bytes never materialized,
-// plan-cache hits and misses, groups run as lookup tables.
+// plan-cache hits and misses, groups run as lookup tables, operands read from
+// a recomputed copy, launches recorded again to recompute them.
 std::vector<int64_t> py_fused_stats() {
   tpu_fused_stats s;
   tpu_fused_get_stats(&s);
   std::vector<int64_t> v(s.flushes, s.flushes + TPU_FLUSH_CAUSE_COUNT);
-  for (uint64_t x : {s.ops_recorded, s.ops_fused, s.groups_run, s.kernels_run, s.results_never_stored,
-                     s.bytes_never_materialized, s.plan_cache_hits, s.plan_cache_misses, s.groups_by_table})
+  for (uint64_t x :
+       {s.ops_recorded, s.ops_fused, s.groups_run, s.kernels_run, s.results_never_stored, s.bytes_never_materialized,
+        s.plan_cache_hits, s.plan_cache_misses, s.groups_by_table, s.remat_reads, s.remat_ops})
     v.push_back(static_cast<int64_t>(x));
   return v;
 }
@@ -706,5 +708,7 @@ TORCH_LIBRARY(torch_tpu, m) {
   m.def("flush() -> ()", &py_flush);
   m.def("is_materialized(Tensor t) -> bool", &py_is_materialized);
   m.def("set_allow_excess_precision(bool on) -> ()", &tpu_set_allow_excess_precision);
+  m.def("set_fused_remat(int distance) -> ()", [](int64_t d) { tpu_set_fused_remat(static_cast<int>(d)); });
+  m.def("get_fused_remat() -> int", []() -> int64_t { return tpu_get_fused_remat(); });
   m.def("get_allow_excess_precision() -> bool", &tpu_get_allow_excess_precision);
 }

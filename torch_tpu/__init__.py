@@ -39,18 +39,21 @@ from ._core import (  # noqa: E402
     fused_stats,
     get_allow_excess_precision,
     get_eager_mode,
+    get_fused_remat,
     is_materialized,
     reset_fallback_counts,
     reset_fused_stats,
     set_allow_excess_precision,
     set_cpu_fallback_enabled,
     set_eager_mode,
+    set_fused_remat,
     synchronize,
 )
 
 __all__ = ["set_eager_mode", "get_eager_mode", "eager_mode", "fallback_counts", "reset_fallback_counts",
            "set_cpu_fallback_enabled", "cpu_fallback_enabled", "fused_stats", "reset_fused_stats", "synchronize",
-           "is_materialized", "set_allow_excess_precision", "get_allow_excess_precision"]
+           "is_materialized", "set_allow_excess_precision", "get_allow_excess_precision",
+           "set_fused_remat", "get_fused_remat"]
 
 _autoload()
 

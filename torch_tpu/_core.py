@@ -7,7 +7,8 @@ import torch
 
 __all__ = ["set_eager_mode", "get_eager_mode", "eager_mode", "fallback_counts", "reset_fallback_counts",
            "set_cpu_fallback_enabled", "cpu_fallback_enabled", "fused_stats", "reset_fused_stats", "synchronize",
-           "is_materialized", "set_allow_excess_precision", "get_allow_excess_precision"]
+           "is_materialized", "set_allow_excess_precision", "get_allow_excess_precision",
+           "set_fused_remat", "get_fused_remat"]
 
 _loaded = False
 
@@ -74,15 +75,39 @@ def fused_stats() -> dict:
     ``plan_cache_misses`` (a flush whose window has the structure of an
     earlier one reuses its plan: no analysis), ``groups_by_table`` (fused
     groups over one 8- or 16-bit tensor run as a lookup table: see the
-    README; ``TORCH_TPU_FUSED_TABLES=0`` turns that off)."""
+    README; ``TORCH_TPU_FUSED_TABLES=0`` turns that off), ``remat_reads``
+    (operands that read a recomputed copy instead of a value kept in memory)
+    and ``remat_ops`` (ops recorded again to recompute such values: see the
+    README; ``TORCH_TPU_FUSED_REMAT=0`` turns that off)."""
     v = torch.ops.torch_tpu.fused_stats()
     causes = torch.ops.torch_tpu.flush_causes()
     rest = v[len(causes):]
     names = ["ops_recorded", "ops_fused", "fused_groups_run", "kernels_run", "results_never_stored",
-             "bytes_never_materialized", "plan_cache_hits", "plan_cache_misses", "groups_by_table"]
+             "bytes_never_materialized", "plan_cache_hits", "plan_cache_misses", "groups_by_table",
+             "remat_reads", "remat_ops"]
     out = {"flushes": dict(zip(causes, v[:len(causes)]))}
     out.update(zip(names, rest))
     return out
+
+
+def set_fused_remat(distance: int) -> None:
+    """Fused Eager's recomputation: a value an elementwise chain computed
+    from tensors the open window has not changed since is recomputed by an
+    op that reads it at least ``distance`` recorded ops later (or by a
+    matmul-like kernel) instead of being kept in device memory for it
+    (autograd's saved activations). ``0`` turns it off; the default is 64
+    (``TORCH_TPU_FUSED_REMAT``: ``0`` off, ``1`` the default, or a
+    distance). Results are the same bit for bit either way."""
+    if isinstance(distance, bool) or not isinstance(distance, int):
+        raise TypeError(f"set_fused_remat(): argument 'distance' must be int, not {type(distance).__name__}")
+    if distance < 0 or distance == 1:
+        raise ValueError(f"set_fused_remat(): distance must be 0 (off) or at least 2, got {distance}")
+    torch.ops.torch_tpu.set_fused_remat(min(distance, 1 << 20))
+
+
+def get_fused_remat() -> int:
+    """The distance set by ``set_fused_remat`` (0: off)."""
+    return torch.ops.torch_tpu.get_fused_remat()
 
 
 def reset_fused_stats() -> None:

@@ -562,3 +562,119 @@ def test_api_argument_errors():
         torch_tpu.synchronize([1])
     with pytest.raises(RuntimeError, match="expected a tpu tensor"):
         torch_tpu.is_materialized(torch.ones(2))
+
+
+# ---- recomputation (runtime/src/vtpu/remat.c) ----
+
+class _remat:
+    """Fused Eager's recomputation at `distance` for a block (restored after)."""
+
+    def __init__(self, distance):
+        self.d = distance
+
+    def __enter__(self):
+        self.old = torch_tpu.get_fused_remat()
+        torch_tpu.set_fused_remat(self.d)
+
+    def __exit__(self, *exc):
+        torch_tpu.set_fused_remat(self.old)
+
+
+def _gelu_new(x):  # transformers' NewGELUActivation: four products of x saved by autograd
+    return 0.5 * x * (1.0 + torch.tanh(0.7978845608028654 * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
+def _mlp_step(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    w1 = torch.randn(64, 256, generator=g).div(8).to("tpu").requires_grad_()
+    w2 = torch.randn(256, 64, generator=g).div(16).to("tpu").requires_grad_()
+    x = torch.randn(128, 64, generator=g).to("tpu")
+    torch_tpu.synchronize()
+    torch.tpu.reset_peak_memory_stats()
+    base = torch.tpu.memory_allocated()
+    h = x @ w1
+    y = torch.nn.functional.dropout(_gelu_new(h), 0.1, training=True) @ w2
+    loss = (y * y).mean()
+    loss.backward()
+    out = [loss.detach().cpu(), w1.grad.cpu(), w2.grad.cpu()]
+    return out, torch.tpu.max_memory_allocated() - base
+
+
+def test_recomputation_keeps_saved_activations_out_of_memory():
+    """A tanh-GELU + dropout between two matmuls, forward and backward in one window:
+    with recomputation the GELU's saved products and the dropout's mask and output are
+    recomputed from the matmul's result where the backward (and the second matmul) read
+    them, never stored; the gradients equal Strict's bit for bit."""
+    torch.manual_seed(0)
+    with torch_tpu.eager_mode("strict"):
+        ref, peak_strict = _mlp_step()
+    runs = {}
+    for d in (0, 16):
+        with _remat(d), torch_tpu.eager_mode("fused"):
+            torch.manual_seed(0)
+            torch_tpu.reset_fused_stats()
+            runs[d] = _mlp_step()
+            torch_tpu.synchronize()
+            runs[d] += (torch_tpu.fused_stats(),)
+    for d, (out, peak, st) in runs.items():
+        for a, b in zip(ref, out):
+            assert torch.equal(a, b), d
+    (_, peak_off, st_off), (_, peak_on, st_on) = runs[0], runs[16]
+    assert st_off["remat_reads"] == 0 and st_on["remat_reads"] >= 5 and st_on["remat_ops"] >= st_on["remat_reads"]
+    act = 128 * 256 * 4
+    assert peak_on <= peak_off - 4 * act, (peak_strict, peak_off, peak_on)
+
+
+def _views_and_writes():
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(33, 70, generator=g).to("tpu")
+    b = torch.randn(70, generator=g).to(torch.bfloat16).to("tpu")
+    m = torch.randn(70, 70, generator=g).to("tpu")
+    t = torch.sigmoid(x * 2 + b)          # recipe: leaves x, b (cast, broadcast)
+    u = (t.to(torch.bfloat16) * 3).exp()  # a chain through a cast
+    v = torch.tanh(x) + 1
+    v.mul_(0.5)                           # in place on a value with a recipe
+    w = x.clone()
+    w.add_(1)                             # a leaf that changes: its readers' recipes are void
+    k = torch.relu(w) * 2
+    w[::2].mul_(3)                        # a partial write after k was computed
+    p = torch.cos(x)
+    p[:, 5:].zero_()                      # a partial in-place write to a value with a recipe
+    q = torch.sin(v)
+    del v                                 # freed: q's recipe reads v's recipe's leaves only
+    s = torch.exp(x[:, :7] - 1)
+    out = [t.t() @ m[:33, :], u[::3, 1:].float().sum(0), t[:, ::2] * 2, k + w, p * 1, q[1:] - 1,
+           s.t().contiguous(), (t.t() * 1).tanh(), u.float() @ m]
+    x.add_(100)                           # the leaf of t, u, v... changes: later reads read memory
+    out += [t * 1, u * 1, q * 1, k @ m]
+    return [o.cpu() for o in out]
+
+
+@pytest.mark.parametrize("distance", [2, 3, 5])
+def test_recomputation_is_exact_through_views_writes_and_frees(distance):
+    with torch_tpu.eager_mode("strict"):
+        ref = _views_and_writes()
+    with _remat(distance), torch_tpu.eager_mode("fused"):
+        torch_tpu.reset_fused_stats()
+        got = _views_and_writes()
+        st = torch_tpu.fused_stats()
+    assert st["remat_reads"] > 0
+    for i, (a, b) in enumerate(zip(ref, got)):
+        assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b), i
+
+
+@pytest.mark.mode_independent
+def test_recomputation_api_and_env():
+    with pytest.raises(TypeError):
+        torch_tpu.set_fused_remat("on")
+    with pytest.raises(TypeError):
+        torch_tpu.set_fused_remat(True)
+    with pytest.raises(ValueError, match="at least 2"):
+        torch_tpu.set_fused_remat(1)
+    with pytest.raises(ValueError):
+        torch_tpu.set_fused_remat(-3)
+    code = "import torch, torch_tpu\nprint(torch_tpu.get_fused_remat())\n"
+    for val, want in (("0", "0"), ("", "64"), ("1", "64"), ("12", "12")):
+        env = dict(os.environ, TORCH_TPU_FUSED_REMAT=val)
+        p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0 and p.stdout.split()[-1] == want, (val, p.stdout, p.stderr)

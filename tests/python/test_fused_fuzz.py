@@ -4,7 +4,8 @@ A program is drawn op by op from a seed: elementwise ops with broadcasting,
 host scalars and mixed float dtypes, casts, views, in-place ops (on views
 too), reductions, softmax, matmuls, random ops, frees, and flush points
 (.item(), synchronize) anywhere. Decisions depend only on the pool's shapes
-and dtypes, so both runs draw the same program. `make test` runs a few
+and dtypes, so both runs draw the same program. Fused runs recompute values
+at distances of a few ops (most programs) or not at all. `make test` runs a few
 hundred programs (120 per fixture mode); `make fuzz` runs 3 x 3,400."""
 import os
 import random
@@ -15,6 +16,7 @@ import torch_tpu
 
 N_PROGRAMS = int(os.environ.get("TPU_FUSED_FUZZ_PROGRAMS", "120"))  # per fixture mode
 N_CHUNKS = 4
+REMAT = [64, 2, 3, 0, 5]  # Fused Eager's recomputation distance per program (0: off)
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 UNARY = [torch.neg, torch.exp, torch.tanh, torch.sigmoid, torch.abs, torch.relu, torch.sin,
          lambda a: torch.sqrt(torch.abs(a)), torch.nn.functional.gelu, lambda a: a.clamp(-1, 2)]
@@ -119,9 +121,14 @@ def test_random_programs_fused_equal_strict(chunk, eager_mode):
     for seed in range(base + chunk, base + N_PROGRAMS, N_CHUNKS):
         with torch_tpu.eager_mode(ref_mode):
             ref = _program(seed)
-        with torch_tpu.eager_mode("fused"):
-            got = _program(seed)
-            torch_tpu.synchronize()
+        remat = torch_tpu.get_fused_remat()
+        torch_tpu.set_fused_remat(REMAT[seed % len(REMAT)])  # recomputation at short distances: often
+        try:
+            with torch_tpu.eager_mode("fused"):
+                got = _program(seed)
+                torch_tpu.synchronize()
+        finally:
+            torch_tpu.set_fused_remat(remat)
         assert len(ref) == len(got), seed
         for i, (r, f) in enumerate(zip(ref, got)):
             assert _same(r, f), f"program {seed}: result {i} differs"

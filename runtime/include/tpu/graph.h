@@ -68,6 +68,8 @@ typedef struct tpu_fused_stats {
     uint64_t plan_cache_hits;                /* flushes that reused a cached plan (no analysis) */
     uint64_t plan_cache_misses;              /* flushes that planned their window */
     uint64_t groups_by_table;                /* fused groups run as lookup tables (tpu_set_fused_tables) */
+    uint64_t remat_reads;                    /* operands read from a recomputed copy (tpu_set_fused_remat) */
+    uint64_t remat_ops;                      /* launches recorded again to recompute them */
 } tpu_fused_stats;
 void tpu_fused_get_stats(tpu_fused_stats *out);
 void tpu_fused_reset_stats(void);
@@ -96,6 +98,17 @@ bool tpu_get_allow_excess_precision(void);
  * Read when a window is flushed. */
 void tpu_set_fused_tables(bool on);
 bool tpu_get_fused_tables(void);
+
+/* Recomputation (on by default; TORCH_TPU_FUSED_REMAT=0 turns it off, an
+ * integer >= 2 sets the distance): in an open window, a value computed by
+ * elementwise launches from storages the window has not changed since is
+ * recomputed, from those storages, by a launch that reads it at least
+ * `distance` launches later (or by a kernel that cannot fuse), instead of
+ * being read from memory; kept alive only for such readers (autograd's
+ * saved tensors), it is then never stored. Bit-identical results. Read at
+ * every launch; 0 turns it off. */
+void tpu_set_fused_remat(int distance);
+int tpu_get_fused_remat(void);
 
 /* Whether the storage at device address `devptr` holds its value in device
  * memory: bound, and written by no launch still recorded in a window. */

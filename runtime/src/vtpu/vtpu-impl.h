@@ -102,14 +102,78 @@ tpu_status tpu_view_check(const char *what, int k, tpu_tensor *t, bool device, i
  * `n` mirrors g.n for lock-free emptiness checks; `kw` is the set of
  * storages written by launches that cannot fuse (a kernel will write them,
  * so they are bound when freed). */
+/* Recomputation (remat.c): a map from storage base to a 32-bit value. */
+typedef struct tpu_rmap {
+    const void **keys;
+    uint32_t *vals;
+    size_t cap, n;
+} tpu_rmap;
+
+#define TPU_REMAT_DISTANCE    64 /* nodes between a value's writer and a reader that recomputes it */
+#define TPU_REMAT_MAX_NODES   16 /* launches in one recipe */
+#define TPU_REMAT_MAX_LEAVES  6  /* storages a recipe reads */
+#define TPU_REMAT_MAX_SCRATCH 32 /* scratch blocks one launch's recomputations take */
+
+/* How to recompute storage `base`: the window's nodes[] that computed the
+ * dense element range [lo, hi) it holds now (ascending; the last wrote it),
+ * from leaves whose write stamps must still be leaf_ev[]. */
+typedef struct tpu_recipe {
+    const void *base;
+    int64_t lo, hi;
+    int32_t dtype;
+    int writer; /* the node that wrote it */
+    bool kread; /* a near kernel read recomputed it once already */
+    int nnodes, nleaves;
+    int nodes[TPU_REMAT_MAX_NODES];
+    const void *leaf[TPU_REMAT_MAX_LEAVES];
+    uint32_t leaf_ev[TPU_REMAT_MAX_LEAVES];
+} tpu_recipe;
+
 typedef struct tpu_window {
     pthread_mutex_t mu;
     tpu_graph g;
     _Atomic int n;
     const void **kw;
     size_t kw_cap, kw_n;
-    size_t bytes; /* of the results recorded (TPU_WINDOW_BYTES_PER_CHIP) */
+    size_t bytes;   /* of the results recorded (TPU_WINDOW_BYTES_PER_CHIP) */
+    uint64_t gen;   /* flushes so far (a recording that dropped the lock checks it) */
+    tpu_rmap rm_ev; /* storage -> stamp of its last write or free in the window */
+    tpu_rmap rm_rc; /* storage -> 1 + index into rc of its recipe (0: none) */
+    tpu_recipe *rc;
+    int nrc, caprc;
+    uint32_t rm_stamp;
+    bool rm_broken; /* a map ran out of host memory: no recomputation until the flush */
 } tpu_window;
+
+/* A launch's recomputations (tpu_remat_plan): recipes red[j].r, their
+ * scratch blocks from red[j].first in size[]; operand[k]: which of them
+ * operand k reads instead (-1: its own storage). */
+typedef struct tpu_remat_plan {
+    int nred, nscratch;
+    struct {
+        int r, first;
+    } red[TPU_MAX_OPERANDS];
+    size_t size[TPU_REMAT_MAX_SCRATCH];
+    int operand[TPU_MAX_OPERANDS];
+} tpu_remat_plan;
+
+/* remat.c; every call with the window's lock held. Scratch blocks needed
+ * to recompute what launch `a` reads (0: none; the plan says which). */
+int tpu_remat_prepare(tpu_window *w, const tpu_kargs *a, tpu_remat_plan *rp);
+/* Append the recipes' nodes (host[] the scratch blocks' host bases, in
+ * plan order) and point a's operands at the copies; false: host memory. */
+bool tpu_remat_emit(tpu_window *w, const tpu_remat_plan *rp, void *const *host, tpu_kargs *a);
+/* Launch `a` was appended as nodes[node] (`redirected`: it reads copies). */
+void tpu_remat_recorded(tpu_window *w, const tpu_kargs *a, int node, bool redirected);
+/* The storage at `host` was freed in the window. */
+void tpu_remat_note_free(tpu_window *w, const void *host);
+/* The window was flushed: no recipes. */
+void tpu_remat_reset(tpu_window *w);
+void tpu_remat_release(tpu_window *w);
+void tpu_remat_get_stats(uint64_t *reads, uint64_t *nodes);
+void tpu_remat_reset_stats(void);
+/* Whether launch `a` may run inside a fused group (window.c). */
+bool tpu_window_may_fuse(const tpu_kargs *a);
 tpu_window *tpu_stream_window(tpu_stream_t s);
 void tpu_window_init(tpu_window *w);
 /* Record launch `a` (validated, host addresses) into s's window. */

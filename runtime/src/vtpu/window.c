@@ -46,6 +46,7 @@ void tpu_fused_get_stats(tpu_fused_stats *out) {
     out->plan_cache_hits = atomic_load(&st_hits);
     out->plan_cache_misses = atomic_load(&st_misses);
     out->groups_by_table = atomic_load(&st_tables);
+    tpu_remat_get_stats(&out->remat_reads, &out->remat_ops);
 }
 
 void tpu_fused_reset_stats(void) {
@@ -59,6 +60,7 @@ void tpu_fused_reset_stats(void) {
     atomic_store(&st_hits, 0);
     atomic_store(&st_misses, 0);
     atomic_store(&st_tables, 0);
+    tpu_remat_reset_stats();
 }
 
 void tpu_fused_note_never(size_t bytes) { atomic_fetch_add(&st_never_bytes, (uint64_t)bytes); }
@@ -129,16 +131,58 @@ void tpu_window_init(tpu_window *w) {
     w->kw = NULL;
     w->kw_cap = w->kw_n = 0;
     w->bytes = 0;
+    w->gen = 0;
+    memset(&w->rm_ev, 0, sizeof w->rm_ev);
+    memset(&w->rm_rc, 0, sizeof w->rm_rc);
+    w->rc = NULL;
+    w->nrc = w->caprc = 0;
+    w->rm_stamp = 0;
+    w->rm_broken = false;
+}
+
+bool tpu_window_may_fuse(const tpu_kargs *a) { return may_fuse(a); }
+
+/* Scratch blocks for recomputation (remat.c): allocated and freed outside
+ * the window's lock (an allocation may flush windows). */
+static bool scratch_alloc(tpu_stream_t s, const tpu_remat_plan *rp, void **dev, void **host) {
+    int d = tpu_stream_device(s);
+    for (int j = 0; j < rp->nscratch; j++) {
+        if (tpu_malloc(d, rp->size[j], s, &dev[j]) || !dev[j]) {
+            for (int m = 0; m < j; m++) tpu_free(dev[m]);
+            return false;
+        }
+        host[j] = tpu_dev_to_host(dev[j]);
+    }
+    return true;
 }
 
 tpu_status tpu_window_record(tpu_stream_t s, const tpu_kargs *a) {
     tpu_window *w = tpu_stream_window(s);
+    tpu_remat_plan rp;
+    void *sdev[TPU_REMAT_MAX_SCRATCH], *shost[TPU_REMAT_MAX_SCRATCH];
+    int nscratch = 0;
+    tpu_kargs red; /* a with operands redirected to recomputed copies */
+    const tpu_kargs *rec = a;
     pthread_mutex_lock(&w->mu);
-    tpu_kargs *node = tpu_graph_append(&w->g, a);
+    if (tpu_remat_prepare(w, a, &rp)) {
+        uint64_t gen = w->gen;
+        pthread_mutex_unlock(&w->mu);
+        bool got = scratch_alloc(s, &rp, sdev, shost);
+        pthread_mutex_lock(&w->mu);
+        if (got) nscratch = rp.nscratch;
+        if (got && w->gen == gen) { /* (a flush meanwhile dropped the recipes: read as recorded) */
+            memcpy(&red, a, offsetof(tpu_kargs, err));
+            red.err[0] = 0;
+            if (tpu_remat_emit(w, &rp, shost, &red)) rec = &red;
+        }
+    }
+    tpu_kargs *node = tpu_graph_append(&w->g, rec);
     if (!node) {
         pthread_mutex_unlock(&w->mu);
+        for (int j = 0; j < nscratch; j++) tpu_free(sdev[j]);
         return tpu_set_error(TPU_ERROR_OUT_OF_MEMORY, "out of host memory recording %s", tpu_op_name(a->op));
     }
+    tpu_remat_recorded(w, a, w->g.n - 1, rec != a);
     bool fuses = may_fuse(a);
     for (int k = 0; k < tpu_op_infos[a->op].nout && k < a->n; k++) {
         if (a->t[k].is_scalar) continue;
@@ -149,6 +193,7 @@ tpu_status tpu_window_record(tpu_stream_t s, const tpu_kargs *a) {
     size_t bytes = w->bytes;
     atomic_store_explicit(&w->n, n, memory_order_release);
     pthread_mutex_unlock(&w->mu);
+    for (int j = 0; j < nscratch; j++) tpu_free(sdev[j]); /* read by the launch only: dead after it */
     atomic_fetch_add_explicit(&st_recorded, 1, memory_order_relaxed);
     if (n >= TPU_WINDOW_MAX_OPS) return tpu_window_flush(s, TPU_FLUSH_WINDOW_FULL);
     if (bytes >= TPU_WINDOW_BYTES_PER_CHIP * tpu_config_get(NULL)->hbm_bytes)
@@ -177,7 +222,9 @@ tpu_status tpu_window_flush(tpu_stream_t s, tpu_flush_cause cause) {
     }
     atomic_store_explicit(&w->n, 0, memory_order_release);
     w->bytes = 0;
+    w->gen++;
     kw_clear(w);
+    tpu_remat_reset(w);
     tpu_alloc_note_window_peak(dev, tpu_gprog_mem_peak(p, fresh_alive, &dev)); /* (before the stores are bound) */
     tpu_gprog_foreach_store(p, bind_store, &dev);
     tpu_gprog_info info = tpu_gprog_get_info(p);
@@ -227,6 +274,7 @@ bool tpu_window_note_free(tpu_stream_t s, void *devptr, size_t bytes, bool fresh
     bool open = w->g.n > 0 && host;
     if (open) {
         tpu_graph_add_freed(&w->g, host, bytes, fresh); /* (no host memory: unseen, its value is stored) */
+        tpu_remat_note_free(w, host);
         *kernel_written = kw_has(w, host);
     }
     pthread_mutex_unlock(&w->mu);
