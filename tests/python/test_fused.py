@@ -650,7 +650,7 @@ def _views_and_writes():
     return [o.cpu() for o in out]
 
 
-@pytest.mark.parametrize("distance", [2, 3, 5])
+@pytest.mark.parametrize("distance", [2, 5])
 def test_recomputation_is_exact_through_views_writes_and_frees(distance):
     with torch_tpu.eager_mode("strict"):
         ref = _views_and_writes()
