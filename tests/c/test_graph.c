@@ -2,7 +2,8 @@
  * float dtype gives, fused, the bits Strict Eager gives; chains with
  * broadcasts, host scalars, casts and in-place ops; views that must not
  * fuse; flush points; lazily bound memory (dead intermediates never
- * counted, is_materialized); memory pressure; kernel errors inside a window. */
+ * counted, is_materialized); memory pressure; kernel errors inside a window;
+ * recomputation of far reads (and its fallback when scratch cannot be allocated). */
 #define _GNU_SOURCE
 #include "tpu/tpu.h"
 #include "base/base-impl.h" /* tpu_op_infos: the op table */
@@ -940,6 +941,59 @@ static void test_error_in_window(void) {
     tpu_set_site_namer(NULL);
 }
 
+/* ---- recomputation (vtpu/remat.c): a far reader reads a recomputed copy;
+ * when its scratch blocks cannot be allocated it reads memory, the same bits ---- */
+
+static bool fail_alloc(int dev, size_t bytes, void *user) {
+    (void)dev, (void)bytes;
+    return !*(bool *)user;
+}
+
+static unsigned char *remat_program(tpu_eager_mode mode, bool fail, uint64_t *reads) {
+    int64_t sz[2] = {37, 129};
+    double *xv = malloc(37 * 129 * sizeof *xv);
+    for (int i = 0; i < 37 * 129; i++) xv[i] = urand(-3, 3);
+    tpu_tensor x = dev_tensor(TPU_F32, 2, sz, xv), t = like(&x, TPU_F32), w = like(&x, TPU_F32), y = like(&x, TPU_F32);
+    free(xv);
+    bool failing = false;
+    tpu_mem_set_alloc_hook(fail_alloc, &failing);
+    CHECK_OK(tpu_set_eager_mode(mode));
+    tpu_fused_stats s0, s1;
+    tpu_fused_get_stats(&s0);
+    tpu_tensor e[] = {t, x}, f[] = {w, x, tpu_tensor_scalar_f(1.0, TPU_F32)}, m[] = {y, t, w};
+    launch(TPU_OP_EXP, e, 2, (tpu_params){0}, TPU_F32);               /* t: a recipe, leaf x */
+    launch(TPU_OP_ADD, f, 3, TPU_PARAMS(ADD, .alpha = 1.0), TPU_F32); /* (distance) */
+    failing = fail;
+    launch(TPU_OP_MUL, m, 3, (tpu_params){0}, TPU_F32); /* reads t two launches later */
+    failing = false;
+    unsigned char *h = download(&y);
+    tpu_fused_get_stats(&s1);
+    *reads = s1.remat_reads - s0.remat_reads;
+    CHECK_OK(tpu_set_eager_mode(TPU_EAGER_STRICT));
+    tpu_mem_set_alloc_hook(NULL, NULL);
+    tpu_tensor all[] = {x, t, w, y};
+    for (int i = 0; i < 4; i++) CHECK_OK(tpu_free(all[i].base));
+    return h;
+}
+
+static void test_remat_reads_copies_and_survives_failed_scratch(void) {
+    int old = tpu_get_fused_remat();
+    tpu_set_fused_remat(2);
+    uint64_t r_strict, r_fail, r_on;
+    uint64_t seed = rng_s;
+    unsigned char *hs = remat_program(TPU_EAGER_STRICT, false, &r_strict);
+    rng_s = seed;
+    unsigned char *hf = remat_program(TPU_EAGER_FUSED, true, &r_fail);
+    rng_s = seed;
+    unsigned char *ho = remat_program(TPU_EAGER_FUSED, false, &r_on);
+    tpu_set_fused_remat(old);
+    size_t bytes = 37 * 129 * sizeof(float);
+    CHECK(memcmp(hs, hf, bytes) == 0 && memcmp(hs, ho, bytes) == 0);
+    CHECK_MSG(r_strict == 0 && r_fail == 0 && r_on == 1, "%llu %llu %llu", (unsigned long long)r_strict,
+              (unsigned long long)r_fail, (unsigned long long)r_on);
+    free(hs), free(hf), free(ho);
+}
+
 int main(void) {
     setenv("TPU_HBM_BYTES", "256M", 1);
     CHECK_OK(tpu_init());
@@ -958,5 +1012,6 @@ int main(void) {
     RUN_TEST(test_flush_points);
     RUN_TEST(test_memory_pressure_flushes);
     RUN_TEST(test_error_in_window);
+    RUN_TEST(test_remat_reads_copies_and_survives_failed_scratch);
     return TEST_SUMMARY();
 }
