@@ -678,3 +678,24 @@ def test_recomputation_api_and_env():
         env = dict(os.environ, TORCH_TPU_FUSED_REMAT=val)
         p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
         assert p.returncode == 0 and p.stdout.split()[-1] == want, (val, p.stdout, p.stderr)
+
+
+def test_recomputation_sees_writes_made_while_it_was_off():
+    """Turning recomputation off and on inside one window: a leaf written while it
+    was off still voids the recipes that read it."""
+    def prog(toggle):
+        x = torch.arange(40.0, device="tpu").reshape(4, 10)
+        t = torch.exp(x / 10)                     # recipe, leaf x
+        if toggle:
+            torch_tpu.set_fused_remat(0)
+        x.mul_(2)                                 # the leaf changes
+        if toggle:
+            torch_tpu.set_fused_remat(2)
+        u = x + 1                                 # (distance)
+        return (t * 1).cpu(), u.cpu()
+    with torch_tpu.eager_mode("strict"):
+        ref = prog(False)
+    with _remat(2), torch_tpu.eager_mode("fused"):
+        got = prog(True)
+    for a, b in zip(ref, got):
+        assert torch.equal(a, b)

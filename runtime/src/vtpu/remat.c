@@ -73,7 +73,7 @@ void tpu_remat_reset_stats(void) {
     atomic_store(&st_nodes, 0);
 }
 
-/* ---- a map from storage base to a 32-bit value (0 = absent) ---- */
+/* ---- tpu_rmap: storage base -> 32-bit value (0 = absent) ---- */
 
 static size_t rm_slot(const tpu_rmap *m, const void *k) {
     size_t i = (((uintptr_t)k >> 4) * 0x9E3779B97F4A7C15ull >> 20) & (m->cap - 1);
@@ -81,14 +81,13 @@ static size_t rm_slot(const tpu_rmap *m, const void *k) {
     return i;
 }
 
-static uint32_t rm_get(const tpu_rmap *m, const void *k) {
+uint32_t tpu_rmap_get(const tpu_rmap *m, const void *k) {
     if (!m->cap) return 0;
     size_t i = rm_slot(m, k);
     return m->keys[i] ? m->vals[i] : 0;
 }
 
-/* false: no host memory (the entry is not kept) */
-static bool rm_put(tpu_rmap *m, const void *k, uint32_t v) {
+bool tpu_rmap_put(tpu_rmap *m, const void *k, uint32_t v) {
     if (2 * (m->n + 1) > m->cap) {
         size_t cap = m->cap ? 2 * m->cap : 1024;
         const void **nk = calloc(cap, sizeof *nk);
@@ -114,28 +113,14 @@ static bool rm_put(tpu_rmap *m, const void *k, uint32_t v) {
     return true;
 }
 
-static void rm_clear(tpu_rmap *m) {
+void tpu_rmap_clear(tpu_rmap *m) {
     if (m->n) memset(m->keys, 0, m->cap * sizeof *m->keys);
     m->n = 0;
 }
 
-static void rm_free(tpu_rmap *m) {
-    free(m->keys);
-    free(m->vals);
-    memset(m, 0, sizeof *m);
-}
-
-void tpu_remat_release(tpu_window *w) {
-    rm_free(&w->rm_ev);
-    rm_free(&w->rm_rc);
-    free(w->rc);
-    w->rc = NULL;
-    w->nrc = w->caprc = 0;
-}
-
 void tpu_remat_reset(tpu_window *w) {
-    rm_clear(&w->rm_ev);
-    rm_clear(&w->rm_rc);
+    tpu_rmap_clear(&w->rm_ev);
+    tpu_rmap_clear(&w->rm_rc);
     w->nrc = 0;
     w->rm_stamp = 0;
     w->rm_broken = false;
@@ -178,35 +163,26 @@ static bool reads_within(const tpu_tensor *t, int64_t lo, int64_t hi) {
     return t->offset >= lo && last < hi;
 }
 
-/* Launches whose result may be recomputed: one output, elementwise in the
- * float domain (what the fuser runs in a group), a cast / copy, or a float
- * Philox fill with a scalar parameter. */
+/* Launches whose result may be recomputed: the one-output launches a fused
+ * group may run (tpu_window_may_fuse: float elementwise ops, casts, Philox
+ * fills) other than row reductions, layer norms and the softmax family.
+ * Each is a function of its operands and parameters only. */
 static bool recomputable(const tpu_kargs *a) {
-    const tpu_op_info *info = &tpu_op_infos[a->op];
-    if (info->nout != 1 || a->n < 1 || a->t[0].is_scalar) return false;
-    tpu_dtype dt = (tpu_dtype)a->t[0].dtype;
-    if (dt != TPU_F32 && dt != TPU_BF16 && dt != TPU_F16 && dt != TPU_BOOL) return false;
-    tpu_op_class c = tpu_op_class_of(a->op);
-    if (c == TPU_CLASS_RANDOM) {
-        if (a->op != TPU_OP_RAND_UNIFORM && a->op != TPU_OP_RAND_NORMAL && a->op != TPU_OP_RAND_BERNOULLI) return false;
-        return a->n == 1 || (a->n == 2 && a->t[1].is_scalar);
-    }
-    if (a->op == TPU_OP_COPY) return true;
-    if (c < TPU_CLASS_UNARY || c > TPU_CLASS_TERNARY || tpu_op_family_of(a->op) != TPU_FAM_EW) return false;
-    tpu_dtype cd = (tpu_dtype)a->p.compute_dtype;
-    return cd == TPU_F32 || cd == TPU_F16 || cd == TPU_BF16;
+    if (tpu_op_infos[a->op].nout != 1 || a->n < 1 || a->t[0].is_scalar || !tpu_window_may_fuse(a)) return false;
+    return tpu_op_class_of(a->op) != TPU_CLASS_REDUCTION && a->op != TPU_OP_LAYER_NORM &&
+           !(a->op >= TPU_OP_SOFTMAX && a->op <= TPU_OP_LOG_SOFTMAX_BWD);
 }
 
 /* ---- recipes ---- */
 
 static tpu_recipe *recipe_of(const tpu_window *w, const void *base) {
-    uint32_t r = rm_get(&w->rm_rc, base);
+    uint32_t r = tpu_rmap_get(&w->rm_rc, base);
     return r ? &w->rc[r - 1] : NULL;
 }
 
 static bool recipe_valid(const tpu_window *w, const tpu_recipe *r) {
     for (int k = 0; k < r->nleaves; k++)
-        if (rm_get(&w->rm_ev, r->leaf[k]) != r->leaf_ev[k]) return false;
+        if (tpu_rmap_get(&w->rm_ev, r->leaf[k]) != r->leaf_ev[k]) return false;
     return true;
 }
 
@@ -218,14 +194,17 @@ static tpu_recipe *usable(const tpu_window *w, const tpu_tensor *t) {
     return recipe_valid(w, r) ? r : NULL;
 }
 
+/* A write to or free of `base`: its readers' recipes see a new stamp, its
+ * own recipe is gone. Needed only once the window holds a recipe (a leaf's
+ * stamp is taken when the recipe is made), whether recomputation is on now
+ * or not (it may be turned on again in the same window). */
 static void stamp(tpu_window *w, const void *base) {
-    if (!rm_put(&w->rm_ev, base, ++w->rm_stamp)) w->rm_broken = true;
+    if (!tpu_rmap_put(&w->rm_ev, base, ++w->rm_stamp)) w->rm_broken = true;
+    if (tpu_rmap_get(&w->rm_rc, base)) tpu_rmap_put(&w->rm_rc, base, 0);
 }
 
 void tpu_remat_note_free(tpu_window *w, const void *host) {
-    if (!w->rm_ev.cap && !w->rm_rc.cap) return;
-    stamp(w, host);
-    if (rm_get(&w->rm_rc, host)) rm_put(&w->rm_rc, host, 0);
+    if (w->nrc) stamp(w, host);
 }
 
 int tpu_remat_prepare(tpu_window *w, const tpu_kargs *a, tpu_remat_plan *rp) {
@@ -247,6 +226,7 @@ int tpu_remat_prepare(tpu_window *w, const tpu_kargs *a, tpu_remat_plan *rp) {
             same = rp->nred++;
             rp->red[same].r = (int)(r - w->rc);
             rp->red[same].first = rp->nscratch;
+            rp->red[same].near = !far;
             for (int j = 0; j < r->nnodes; j++) rp->size[rp->nscratch++] = w->g.nodes[r->nodes[j]].t[0].nbytes;
         }
         rp->operand[k] = same;
@@ -293,7 +273,7 @@ bool tpu_remat_emit(tpu_window *w, const tpu_remat_plan *rp, void *const *host, 
         tpu_recipe *r = &w->rc[rp->red[j].r];
         copy[j] = emit(w, r, host + rp->red[j].first);
         if (!copy[j]) return false;
-        if (w->g.n - r->writer < tpu_get_fused_remat()) r->kread = true; /* (a near kernel read: once) */
+        if (rp->red[j].near) r->kread = true; /* (a near kernel read: once) */
     }
     for (int k = 0; k < a->n; k++)
         if (rp->operand[k] >= 0) {
@@ -303,83 +283,74 @@ bool tpu_remat_emit(tpu_window *w, const tpu_remat_plan *rp, void *const *host, 
     return true;
 }
 
-void tpu_remat_recorded(tpu_window *w, const tpu_kargs *a, int node, bool redirected) {
-    if (!tpu_get_fused_remat() || w->rm_broken) return;
-    int nout = tpu_op_infos[a->op].nout;
-    /* The recipe of the output, from the recipes of its inputs (read before the write). */
-    tpu_recipe nr;
-    bool ok = !redirected && recomputable(a) && dense_range(&a->t[0], &nr.lo, &nr.hi);
-    if (ok) {
-        nr.base = a->t[0].base;
-        nr.dtype = a->t[0].dtype;
-        nr.writer = node;
-        nr.kread = false;
-        nr.nnodes = nr.nleaves = 0;
-        for (int k = 1; k < a->n && ok; k++) {
-            const tpu_tensor *t = &a->t[k];
-            if (t->is_scalar || !t->base) continue;
-            const tpu_recipe *r = usable(w, t);
-            if (r) {
-                for (int j = 0; j < r->nnodes && ok; j++) { /* merge node lists (both ascending) */
-                    int x = r->nodes[j], at = 0;
-                    while (at < nr.nnodes && nr.nodes[at] < x) at++;
-                    if (at < nr.nnodes && nr.nodes[at] == x) continue;
-                    if (nr.nnodes == TPU_REMAT_MAX_NODES - 1)
-                        ok = false;
-                    else {
-                        memmove(&nr.nodes[at + 1], &nr.nodes[at], (size_t)(nr.nnodes - at) * sizeof *nr.nodes);
-                        nr.nodes[at] = x;
-                        nr.nnodes++;
-                    }
-                }
-                for (int j = 0; j < r->nleaves && ok; j++) {
-                    bool have = false;
-                    for (int m = 0; m < nr.nleaves; m++) have = have || nr.leaf[m] == r->leaf[j];
-                    if (have) continue;
-                    if (nr.nleaves == TPU_REMAT_MAX_LEAVES)
-                        ok = false;
-                    else
-                        nr.leaf[nr.nleaves] = r->leaf[j], nr.leaf_ev[nr.nleaves++] = r->leaf_ev[j];
-                }
-            } else {
-                bool have = false;
-                for (int m = 0; m < nr.nleaves; m++) have = have || nr.leaf[m] == t->base;
-                if (have) continue;
-                if (t->base == a->t[0].base)
-                    ok = false; /* reads what it overwrites, not from a recipe */
-                else if (nr.nleaves == TPU_REMAT_MAX_LEAVES)
-                    ok = false;
-                else
-                    nr.leaf[nr.nleaves] = t->base, nr.leaf_ev[nr.nleaves++] = rm_get(&w->rm_ev, t->base);
-            }
-        }
-        if (ok) nr.nodes[nr.nnodes++] = node;
-        /* A leaf that a node of the recipe also writes would read the copy when replayed: refuse. */
-        for (int j = 0; j < nr.nnodes && ok; j++) {
-            const void *out = j == nr.nnodes - 1 ? a->t[0].base : w->g.nodes[nr.nodes[j]].t[0].base;
-            for (int m = 0; m < nr.nleaves && ok; m++) ok = nr.leaf[m] != out;
-        }
+/* Add leaf `base` (stamp ev) to recipe r; false if it has no room. */
+static bool add_leaf(tpu_recipe *r, const void *base, uint32_t ev) {
+    for (int m = 0; m < r->nleaves; m++)
+        if (r->leaf[m] == base) return true;
+    if (r->nleaves == TPU_REMAT_MAX_LEAVES) return false;
+    r->leaf[r->nleaves] = base;
+    r->leaf_ev[r->nleaves++] = ev;
+    return true;
+}
+
+/* Merge recipe `in`'s nodes (ascending) and leaves into r; false if no room. */
+static bool merge(tpu_recipe *r, const tpu_recipe *in) {
+    for (int j = 0; j < in->nnodes; j++) {
+        int x = in->nodes[j], at = 0;
+        while (at < r->nnodes && r->nodes[at] < x) at++;
+        if (at < r->nnodes && r->nodes[at] == x) continue;
+        if (r->nnodes == TPU_REMAT_MAX_NODES - 1) return false; /* (room for the launch itself) */
+        memmove(&r->nodes[at + 1], &r->nodes[at], (size_t)(r->nnodes - at) * sizeof *r->nodes);
+        r->nodes[at] = x;
+        r->nnodes++;
     }
-    for (int k = 0; k < nout && k < a->n; k++)
-        if (!a->t[k].is_scalar && a->t[k].base) {
-            stamp(w, a->t[k].base);
-            if (k > 0 || !ok) {
-                if (rm_get(&w->rm_rc, a->t[k].base)) rm_put(&w->rm_rc, a->t[k].base, 0);
-            }
-        }
+    for (int j = 0; j < in->nleaves; j++)
+        if (!add_leaf(r, in->leaf[j], in->leaf_ev[j])) return false;
+    return true;
+}
+
+/* The recipe of launch a's output (nodes[node]) from its inputs' recipes, read before the write. */
+static bool make_recipe(const tpu_window *w, const tpu_kargs *a, int node, tpu_recipe *nr) {
+    if (!recomputable(a) || !dense_range(&a->t[0], &nr->lo, &nr->hi)) return false;
+    nr->base = a->t[0].base;
+    nr->dtype = a->t[0].dtype;
+    nr->writer = node;
+    nr->kread = false;
+    nr->nnodes = nr->nleaves = 0;
+    for (int k = 1; k < a->n; k++) {
+        const tpu_tensor *t = &a->t[k];
+        if (t->is_scalar || !t->base) continue;
+        const tpu_recipe *r = usable(w, t);
+        if (r ? !merge(nr, r)
+              : t->base == a->t[0].base /* reads what it overwrites, not from a recipe */ ||
+                    !add_leaf(nr, t->base, tpu_rmap_get(&w->rm_ev, t->base)))
+            return false;
+    }
+    nr->nodes[nr->nnodes++] = node;
+    /* A leaf that a node of the recipe also writes would read the copy when replayed: refuse. */
+    for (int j = 0; j < nr->nnodes; j++)
+        for (int m = 0; m < nr->nleaves; m++)
+            if (nr->leaf[m] == w->g.nodes[nr->nodes[j]].t[0].base) return false;
+    return true;
+}
+
+void tpu_remat_recorded(tpu_window *w, const tpu_kargs *a, int node, bool redirected) {
+    if (w->rm_broken) return;
+    tpu_recipe nr;
+    bool ok = tpu_get_fused_remat() && !redirected && make_recipe(w, a, node, &nr);
+    if (ok || w->nrc)
+        for (int k = 0; k < tpu_op_infos[a->op].nout && k < a->n; k++)
+            if (!a->t[k].is_scalar && a->t[k].base) stamp(w, a->t[k].base);
     if (!ok) return;
     if (w->nrc == w->caprc) {
         int cap = w->caprc ? 2 * w->caprc : 256;
         tpu_recipe *n = realloc(w->rc, (size_t)cap * sizeof *n);
-        if (!n) {
-            rm_put(&w->rm_rc, nr.base, 0);
-            return;
-        }
+        if (!n) return; /* (its stamp is new: no recipe of it is left) */
         w->rc = n;
         w->caprc = cap;
     }
     w->rc[w->nrc] = nr;
-    if (rm_put(&w->rm_rc, nr.base, (uint32_t)w->nrc + 1))
+    if (tpu_rmap_put(&w->rm_rc, nr.base, (uint32_t)w->nrc + 1))
         w->nrc++;
     else
         w->rm_broken = true;

@@ -102,12 +102,17 @@ tpu_status tpu_view_check(const char *what, int k, tpu_tensor *t, bool device, i
  * `n` mirrors g.n for lock-free emptiness checks; `kw` is the set of
  * storages written by launches that cannot fuse (a kernel will write them,
  * so they are bound when freed). */
-/* Recomputation (remat.c): a map from storage base to a 32-bit value. */
+/* A map from storage base (host address) to a nonzero 32-bit value, open
+ * addressing, for a window's bookkeeping (remat.c). get: 0 if absent; put:
+ * false if out of host memory (the entry is not kept); clear keeps the room. */
 typedef struct tpu_rmap {
     const void **keys;
     uint32_t *vals;
     size_t cap, n;
 } tpu_rmap;
+uint32_t tpu_rmap_get(const tpu_rmap *m, const void *k);
+bool tpu_rmap_put(tpu_rmap *m, const void *k, uint32_t v);
+void tpu_rmap_clear(tpu_rmap *m);
 
 #define TPU_REMAT_DISTANCE    64 /* nodes between a value's writer and a reader that recomputes it */
 #define TPU_REMAT_MAX_NODES   16 /* launches in one recipe */
@@ -133,8 +138,7 @@ typedef struct tpu_window {
     pthread_mutex_t mu;
     tpu_graph g;
     _Atomic int n;
-    const void **kw;
-    size_t kw_cap, kw_n;
+    tpu_rmap kw;    /* storages written by launches that cannot fuse (value 1) */
     size_t bytes;   /* of the results recorded (TPU_WINDOW_BYTES_PER_CHIP) */
     uint64_t gen;   /* flushes so far (a recording that dropped the lock checks it) */
     tpu_rmap rm_ev; /* storage -> stamp of its last write or free in the window */
@@ -152,6 +156,7 @@ typedef struct tpu_remat_plan {
     int nred, nscratch;
     struct {
         int r, first;
+        bool near; /* a kernel reading it within the distance (tpu_recipe.kread) */
     } red[TPU_MAX_OPERANDS];
     size_t size[TPU_REMAT_MAX_SCRATCH];
     int operand[TPU_MAX_OPERANDS];
@@ -169,7 +174,6 @@ void tpu_remat_recorded(tpu_window *w, const tpu_kargs *a, int node, bool redire
 void tpu_remat_note_free(tpu_window *w, const void *host);
 /* The window was flushed: no recipes. */
 void tpu_remat_reset(tpu_window *w);
-void tpu_remat_release(tpu_window *w);
 void tpu_remat_get_stats(uint64_t *reads, uint64_t *nodes);
 void tpu_remat_reset_stats(void);
 /* Whether launch `a` may run inside a fused group (window.c). */

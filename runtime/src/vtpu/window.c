@@ -81,37 +81,6 @@ static bool may_fuse(const tpu_kargs *a) {
     return cd == TPU_F32 || cd == TPU_F16 || cd == TPU_BF16;
 }
 
-static size_t kw_slot(const tpu_window *w, const void *k) {
-    size_t i = (((uintptr_t)k >> 4) * 0x9E3779B97F4A7C15ull >> 20) & (w->kw_cap - 1);
-    while (w->kw[i] && w->kw[i] != k) i = (i + 1) & (w->kw_cap - 1);
-    return i;
-}
-
-static bool kw_has(const tpu_window *w, const void *k) { return w->kw_cap && w->kw[kw_slot(w, k)] == k; }
-
-static void kw_add(tpu_window *w, const void *k) {
-    if (2 * (w->kw_n + 1) > w->kw_cap) {
-        size_t cap = w->kw_cap ? 2 * w->kw_cap : 256;
-        const void **old = w->kw;
-        size_t oldcap = w->kw_cap;
-        const void **nk = calloc(cap, sizeof *nk);
-        if (!nk) return; /* (then its free will not bind it: fused_stats undercounts) */
-        w->kw = nk;
-        w->kw_cap = cap;
-        w->kw_n = 0;
-        for (size_t i = 0; i < oldcap; i++)
-            if (old[i]) w->kw[kw_slot(w, old[i])] = old[i], w->kw_n++;
-        free(old);
-    }
-    size_t i = kw_slot(w, k);
-    if (!w->kw[i]) w->kw[i] = k, w->kw_n++;
-}
-
-static void kw_clear(tpu_window *w) {
-    if (w->kw_n) memset(w->kw, 0, w->kw_cap * sizeof *w->kw);
-    w->kw_n = 0;
-}
-
 /* TORCH_TPU_FUSED_DUMP=1: print each flushed window's program to stderr. */
 static _Atomic int dump_on = -1;
 static bool dump_enabled(void) {
@@ -128,8 +97,7 @@ void tpu_window_init(tpu_window *w) {
     pthread_mutex_init(&w->mu, NULL);
     tpu_graph_init(&w->g);
     atomic_init(&w->n, 0);
-    w->kw = NULL;
-    w->kw_cap = w->kw_n = 0;
+    memset(&w->kw, 0, sizeof w->kw);
     w->bytes = 0;
     w->gen = 0;
     memset(&w->rm_ev, 0, sizeof w->rm_ev);
@@ -187,7 +155,7 @@ tpu_status tpu_window_record(tpu_stream_t s, const tpu_kargs *a) {
     for (int k = 0; k < tpu_op_infos[a->op].nout && k < a->n; k++) {
         if (a->t[k].is_scalar) continue;
         w->bytes += (size_t)tpu_tensor_numel(&a->t[k]) * tpu_dtype_size((tpu_dtype)a->t[k].dtype);
-        if (!fuses) kw_add(w, a->t[k].base);
+        if (!fuses) tpu_rmap_put(&w->kw, a->t[k].base, 1); /* (no host memory: its free will not bind it) */
     }
     int n = w->g.n;
     size_t bytes = w->bytes;
@@ -223,7 +191,7 @@ tpu_status tpu_window_flush(tpu_stream_t s, tpu_flush_cause cause) {
     atomic_store_explicit(&w->n, 0, memory_order_release);
     w->bytes = 0;
     w->gen++;
-    kw_clear(w);
+    tpu_rmap_clear(&w->kw);
     tpu_remat_reset(w);
     tpu_alloc_note_window_peak(dev, tpu_gprog_mem_peak(p, fresh_alive, &dev)); /* (before the stores are bound) */
     tpu_gprog_foreach_store(p, bind_store, &dev);
@@ -275,7 +243,7 @@ bool tpu_window_note_free(tpu_stream_t s, void *devptr, size_t bytes, bool fresh
     if (open) {
         tpu_graph_add_freed(&w->g, host, bytes, fresh); /* (no host memory: unseen, its value is stored) */
         tpu_remat_note_free(w, host);
-        *kernel_written = kw_has(w, host);
+        *kernel_written = tpu_rmap_get(&w->kw, host) != 0;
     }
     pthread_mutex_unlock(&w->mu);
     return open;
