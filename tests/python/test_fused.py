@@ -602,9 +602,10 @@ def _mlp_step(seed=0):
 
 def test_recomputation_keeps_saved_activations_out_of_memory():
     """A tanh-GELU + dropout between two matmuls, forward and backward in one window:
-    with recomputation the GELU's saved products and the dropout's mask and output are
-    recomputed from the matmul's result where the backward (and the second matmul) read
-    them, never stored; the gradients equal Strict's bit for bit."""
+    with recomputation the GELU's saved products and the dropout's mask are recomputed
+    from the matmul's result where the backward (and the second matmul) read them, never
+    stored (the dropout's output, which would need its Philox numbers drawn again for the
+    matmul, is stored); the gradients equal Strict's bit for bit."""
     torch.manual_seed(0)
     with torch_tpu.eager_mode("strict"):
         ref, peak_strict = _mlp_step()
@@ -622,7 +623,7 @@ def test_recomputation_keeps_saved_activations_out_of_memory():
     (_, peak_off, st_off), (_, peak_on, st_on) = runs[0], runs[16]
     assert st_off["remat_reads"] == 0 and st_on["remat_reads"] >= 5 and st_on["remat_ops"] >= st_on["remat_reads"]
     act = 128 * 256 * 4
-    assert peak_on <= peak_off - 4 * act, (peak_strict, peak_off, peak_on)
+    assert peak_on <= peak_off - 3 * act, (peak_strict, peak_off, peak_on)
 
 
 def _views_and_writes():

@@ -21,7 +21,9 @@
  * When a launch reads a view of T inside that range, T's recipe is valid,
  * and the launch is far from T's writer (at least `distance` nodes: a near
  * reader fuses with the writer anyway) or is a kernel that cannot fuse (it
- * would make the planner store T; at most once per T), the recipe's nodes
+ * would make the planner store T; at most once per T, and not when the
+ * recipe draws Philox numbers: a chain bound by its compute would pay more
+ * for them than it saves - the elementwise-chain benchmark lost 23 %), the recipe's nodes
  * are appended again, ahead of the launch, writing fresh scratch blocks, and
  * the launch reads the recomputed copy. The scratch blocks are freed right
  * after the launch: the planner fuses the copied nodes with their reader (or
@@ -217,7 +219,7 @@ int tpu_remat_prepare(tpu_window *w, const tpu_kargs *a, tpu_remat_plan *rp) {
         tpu_recipe *r = usable(w, &a->t[k]);
         if (!r) continue;
         bool far = w->g.n - r->writer >= dist;
-        if (!far && !(kernel && !r->kread)) continue;
+        if (!far && !(kernel && !r->kread && !r->random)) continue;
         int same = -1;
         for (int j = 0; j < rp->nred; j++)
             if (rp->red[j].r == (int)(r - w->rc)) same = j;
@@ -306,6 +308,7 @@ static bool merge(tpu_recipe *r, const tpu_recipe *in) {
     }
     for (int j = 0; j < in->nleaves; j++)
         if (!add_leaf(r, in->leaf[j], in->leaf_ev[j])) return false;
+    r->random = r->random || in->random;
     return true;
 }
 
@@ -316,6 +319,7 @@ static bool make_recipe(const tpu_window *w, const tpu_kargs *a, int node, tpu_r
     nr->dtype = a->t[0].dtype;
     nr->writer = node;
     nr->kread = false;
+    nr->random = tpu_op_class_of(a->op) == TPU_CLASS_RANDOM;
     nr->nnodes = nr->nleaves = 0;
     for (int k = 1; k < a->n; k++) {
         const tpu_tensor *t = &a->t[k];

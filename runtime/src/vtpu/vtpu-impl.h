@@ -126,8 +126,9 @@ typedef struct tpu_recipe {
     const void *base;
     int64_t lo, hi;
     int32_t dtype;
-    int writer; /* the node that wrote it */
-    bool kread; /* a near kernel read recomputed it once already */
+    int writer;  /* the node that wrote it */
+    bool kread;  /* a near kernel read recomputed it once already */
+    bool random; /* a node is a Philox fill (costly: a near kernel read does not recompute it) */
     int nnodes, nleaves;
     int nodes[TPU_REMAT_MAX_NODES];
     const void *leaf[TPU_REMAT_MAX_LEAVES];
