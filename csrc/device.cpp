@@ -639,6 +639,19 @@ void py_set_eager_mode(const std::string& name) {
   if (s != TPU_OK) throw_status(s, "set_eager_mode");
 }
 std::string py_get_eager_mode() { return tpu_eager_mode_name(tpu_get_eager_mode()); }
+// This thread's override of the eager mode ("" to follow the process's again);
+// returns the override it replaced ("" for none). Leaving Fused Eager flushes.
+std::string py_set_thread_eager_mode(const std::string& name) {
+  int m = -1, prev = -1;
+  if (!name.empty()) {
+    tpu_eager_mode e;
+    TORCH_CHECK_VALUE(tpu_eager_mode_from_name(name.c_str(), &e) == TPU_OK, tpu_last_error());
+    m = static_cast<int>(e);
+  }
+  tpu_status s = tpu_set_thread_eager_mode(m, &prev);
+  if (s != TPU_OK) throw_status(s, "set_thread_eager_mode");
+  return prev < 0 ? std::string() : std::string(tpu_eager_mode_name(static_cast<tpu_eager_mode>(prev)));
+}
 bool py_is_pinned_ptr(int64_t p) { return tpu_host_is_pinned(reinterpret_cast<void*>(p)); }
 
 // Fused Eager (graph.h): counters, flush, materialization.
@@ -697,6 +710,7 @@ TORCH_LIBRARY(torch_tpu, m) {
   m.def("set_rng_state(int d, Tensor state) -> ()", &py_set_rng_state);
   m.def("set_eager_mode(str mode) -> ()", &py_set_eager_mode);
   m.def("get_eager_mode() -> str", &py_get_eager_mode);
+  m.def("set_thread_eager_mode(str mode) -> str", &py_set_thread_eager_mode);
   m.def("fallback_counts() -> (str[], int[])", &fallback_counts);
   m.def("reset_fallback_counts() -> ()", &reset_fallback_counts);
   m.def("set_fallback_enabled(bool on) -> ()", &set_fallback_enabled);

@@ -16,6 +16,9 @@ Eager modes (see ``set_eager_mode``):
                freed before that never take device memory. ``fused_stats()``
                says what happened; ``TORCH_TPU_FUSED_DUMP=1`` prints each
                flushed window.
+
+``torch.compile(model, backend="tpu")`` runs each compiled graph as one
+Fused Eager window (``compile_stats()``).
 """
 # torch loads this package from its own import (torch.backends entry point):
 # `_autoload` must exist before `import torch` below, because importing
@@ -25,13 +28,15 @@ Eager modes (see ``set_eager_mode``):
 
 def _autoload():
     """Entry point called by ``import torch`` (torch.backends group)."""
-    from . import _core, _decomp
+    from . import _compile, _core, _decomp
     _core._register()
     _decomp._register()
+    _compile._install_inductor_hook()
 
 
 import torch  # noqa: E402
 
+from ._compile import compile_stats, reset_compile_stats  # noqa: E402
 from ._core import (  # noqa: E402
     cpu_fallback_enabled,
     eager_mode,
@@ -53,7 +58,7 @@ from ._core import (  # noqa: E402
 __all__ = ["set_eager_mode", "get_eager_mode", "eager_mode", "fallback_counts", "reset_fallback_counts",
            "set_cpu_fallback_enabled", "cpu_fallback_enabled", "fused_stats", "reset_fused_stats", "synchronize",
            "is_materialized", "set_allow_excess_precision", "get_allow_excess_precision",
-           "set_fused_remat", "get_fused_remat"]
+           "set_fused_remat", "get_fused_remat", "compile_stats", "reset_compile_stats"]
 
 _autoload()
 

@@ -184,7 +184,8 @@ tpu_tensor tpu_tensor_scalar_i(int64_t v, tpu_dtype dt);
 int64_t tpu_tensor_numel(const tpu_tensor *t);
 
 /* Eager modes: how launches (and copies) issued from now on run. One
- * process-wide setting; thread-safe (a relaxed atomic).
+ * process-wide setting; thread-safe (a relaxed atomic); a thread may
+ * override it (tpu_set_thread_eager_mode).
  *   TPU_EAGER_DEBUG   every launch and copy waits for its work, errors raise
  *                     at the op (TORCH_TPU_LAUNCH_BLOCKING=1 at start-up)
  *   TPU_EAGER_STRICT  op by op, queued on the stream, asynchronous (default)
@@ -195,6 +196,16 @@ tpu_eager_mode tpu_get_eager_mode(void);
 /* TPU_ERROR_INVALID_VALUE for a value outside the enum (the mode is unchanged
  * then). Switching modes flushes every window first. */
 tpu_status tpu_set_eager_mode(tpu_eager_mode m);
+/* This thread's mode: m (a tpu_eager_mode), or -1 to follow the process-wide
+ * one again; *prev (may be NULL) gets the override it replaces (-1: none).
+ * Changing the thread's mode away from Fused Eager flushes every window
+ * (TPU_FLUSH_GRAPH_END), and into Debug Eager also synchronizes the current
+ * device: the status is that of the work recorded meanwhile (the override
+ * is changed either way). Entering Fused Eager flushes nothing. What
+ * torch.compile(backend="tpu") runs a graph in: its ops recorded into one
+ * window whatever the process's mode. TPU_ERROR_INVALID_VALUE outside
+ * -1 .. TPU_EAGER_MODE_COUNT - 1 (nothing changed then). */
+tpu_status tpu_set_thread_eager_mode(int m, int *prev);
 /* "debug", "strict", "fused" ("?" outside the enum); static strings. */
 const char *tpu_eager_mode_name(tpu_eager_mode m);
 /* The mode named `name` (its tpu_eager_mode_name, or "defer_and_fuse" for

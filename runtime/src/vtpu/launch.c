@@ -28,9 +28,29 @@ static void mode_init(void) {
         atomic_store_explicit(&eager_mode, TPU_EAGER_FUSED, memory_order_relaxed);
 }
 
+/* A thread's override of the process-wide mode (-1: none): a compiled
+ * graph's region (tpu_set_thread_eager_mode). */
+static _Thread_local int thread_mode = -1;
+
 tpu_eager_mode tpu_get_eager_mode(void) {
+    if (thread_mode >= 0) return (tpu_eager_mode)thread_mode;
     pthread_once(&mode_once, mode_init);
     return (tpu_eager_mode)atomic_load_explicit(&eager_mode, memory_order_relaxed);
+}
+
+tpu_status tpu_set_thread_eager_mode(int m, int *prev) {
+    if (m < -1 || m >= TPU_EAGER_MODE_COUNT)
+        return tpu_set_error(TPU_ERROR_INVALID_VALUE, "unknown eager mode %d", m);
+    tpu_eager_mode was = tpu_get_eager_mode();
+    if (prev) *prev = thread_mode;
+    thread_mode = m;
+    tpu_eager_mode now = tpu_get_eager_mode();
+    if (was != TPU_EAGER_FUSED || now == TPU_EAGER_FUSED || !tpu_is_initialized()) return TPU_OK;
+    /* Leaving Fused Eager on this thread: what it recorded runs now, and in
+     * Debug Eager has finished (its errors raise here). */
+    tpu_status s = tpu_windows_flush_dev(-1, TPU_FLUSH_GRAPH_END);
+    if (!s && now == TPU_EAGER_DEBUG) s = tpu_device_synchronize(tpu_device_current());
+    return s;
 }
 
 tpu_status tpu_set_eager_mode(tpu_eager_mode m) {
