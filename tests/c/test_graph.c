@@ -9,6 +9,7 @@
 #include "base/base-impl.h" /* tpu_op_infos: the op table */
 #include "test.h"
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 
 static uint64_t rng_s = 0x9E3779B97F4A7C15ull;
@@ -872,6 +873,63 @@ static void test_flush_points(void) {
     CHECK_OK(tpu_free(y.base));
 }
 
+/* ---- a thread's own mode (what a compiled graph runs in) ---- */
+
+static void *other_thread_mode(void *arg) {
+    *(int *)arg = (int)tpu_get_eager_mode();
+    return NULL;
+}
+
+static void test_thread_eager_mode(void) {
+    int64_t sz[1] = {1000};
+    tpu_tensor x = dev_tensor(TPU_F32, 1, sz, NULL), y = like(&x, TPU_F32);
+    tpu_fused_stats s0, s1, s2;
+    tpu_fused_get_stats(&s0);
+    int prev = 7, seen = -1;
+    CHECK(tpu_get_eager_mode() == TPU_EAGER_STRICT);
+    CHECK(tpu_set_thread_eager_mode(TPU_EAGER_MODE_COUNT, &prev) == TPU_ERROR_INVALID_VALUE && prev == 7);
+    CHECK(tpu_set_thread_eager_mode(-2, NULL) == TPU_ERROR_INVALID_VALUE);
+    CHECK_OK(tpu_set_thread_eager_mode(TPU_EAGER_FUSED, &prev));
+    CHECK(prev == -1 && tpu_get_eager_mode() == TPU_EAGER_FUSED);
+    pthread_t th; /* the process's mode is unchanged for every other thread */
+    CHECK(pthread_create(&th, NULL, other_thread_mode, &seen) == 0 && pthread_join(th, NULL) == 0);
+    CHECK(seen == TPU_EAGER_STRICT);
+    tpu_tensor f[] = {x, tpu_tensor_scalar_f(2.0, TPU_F32)};
+    launch(TPU_OP_FILL, f, 2, (tpu_params){0}, TPU_F32);
+    tpu_tensor a[] = {y, x, x};
+    launch(TPU_OP_MUL, a, 3, (tpu_params){0}, TPU_F32);
+    tpu_fused_get_stats(&s1);
+    CHECK(s1.ops_recorded - s0.ops_recorded == 2 && s1.flushes[TPU_FLUSH_GRAPH_END] == s0.flushes[TPU_FLUSH_GRAPH_END]);
+    CHECK_OK(tpu_set_thread_eager_mode(TPU_EAGER_FUSED, &prev)); /* fused -> fused: nothing flushed */
+    CHECK(prev == TPU_EAGER_FUSED);
+    CHECK_OK(tpu_set_thread_eager_mode(-1, &prev)); /* back to the process's mode: flushes */
+    CHECK(prev == TPU_EAGER_FUSED && tpu_get_eager_mode() == TPU_EAGER_STRICT);
+    tpu_fused_get_stats(&s2);
+    CHECK(s2.flushes[TPU_FLUSH_GRAPH_END] - s0.flushes[TPU_FLUSH_GRAPH_END] == 1);
+    float h[1000];
+    CHECK_OK(tpu_memcpy(h, y.base, sizeof h, TPU_COPY_D2H, NULL));
+    CHECK(h[0] == 4.0f && h[999] == 4.0f);
+    /* Into Debug Eager: flushed and finished; a process in Fused Eager keeps its window. */
+    CHECK_OK(tpu_set_thread_eager_mode(TPU_EAGER_FUSED, NULL));
+    launch(TPU_OP_NEG, a, 2, (tpu_params){0}, TPU_F32);
+    CHECK_OK(tpu_set_thread_eager_mode(TPU_EAGER_DEBUG, NULL));
+    CHECK(tpu_stream_query(tpu_stream_current(0)) == TPU_OK);
+    CHECK_OK(tpu_set_thread_eager_mode(-1, NULL));
+    CHECK_OK(tpu_set_eager_mode(TPU_EAGER_FUSED));
+    tpu_fused_get_stats(&s1);
+    CHECK_OK(tpu_set_thread_eager_mode(TPU_EAGER_FUSED, NULL));
+    tpu_tensor f5[] = {y, tpu_tensor_scalar_f(5.0, TPU_F32)};
+    launch(TPU_OP_FILL, f5, 2, (tpu_params){0}, TPU_F32);
+    CHECK_OK(tpu_set_thread_eager_mode(-1, NULL));
+    tpu_fused_get_stats(&s2);
+    CHECK(s2.flushes[TPU_FLUSH_GRAPH_END] == s1.flushes[TPU_FLUSH_GRAPH_END]);
+    CHECK_OK(tpu_set_eager_mode(TPU_EAGER_STRICT)); /* (flushes: mode switch) */
+    CHECK_OK(tpu_memcpy(h, y.base, sizeof h, TPU_COPY_D2H, NULL));
+    CHECK(h[0] == 5.0f && strcmp(tpu_flush_cause_name(TPU_FLUSH_GRAPH_END), "graph_end") == 0);
+    CHECK_OK(tpu_free(x.base));
+    CHECK_OK(tpu_free(y.base));
+}
+
 /* ---- memory pressure: a window whose freed blocks (of ever new sizes: the
  * cache cannot hand them out again) would exhaust the chip ---- */
 
@@ -1010,6 +1068,7 @@ int main(void) {
     RUN_TEST(test_random_fuses_bit_for_bit);
     RUN_TEST(test_other_views_do_not_fuse);
     RUN_TEST(test_flush_points);
+    RUN_TEST(test_thread_eager_mode);
     RUN_TEST(test_memory_pressure_flushes);
     RUN_TEST(test_error_in_window);
     RUN_TEST(test_remat_reads_copies_and_survives_failed_scratch);

@@ -39,8 +39,7 @@ tpu_eager_mode tpu_get_eager_mode(void) {
 }
 
 tpu_status tpu_set_thread_eager_mode(int m, int *prev) {
-    if (m < -1 || m >= TPU_EAGER_MODE_COUNT)
-        return tpu_set_error(TPU_ERROR_INVALID_VALUE, "unknown eager mode %d", m);
+    if (m < -1 || m >= TPU_EAGER_MODE_COUNT) return tpu_set_error(TPU_ERROR_INVALID_VALUE, "unknown eager mode %d", m);
     tpu_eager_mode was = tpu_get_eager_mode();
     if (prev) *prev = thread_mode;
     thread_mode = m;
