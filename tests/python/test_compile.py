@@ -303,10 +303,12 @@ def _opinfos():
     from torch.testing._internal.common_methods_invocations import op_db
 
     by_name = {}
-    for o in op_db:
-        if o.name in _OPS and not o.variant_test_name and o.name not in by_name:
+    for o in op_db:   # the plain OpInfo of each name, else its first variant (div has only variants)
+        if o.name in _OPS and (o.name not in by_name or (by_name[o.name].variant_test_name and
+                                                         not o.variant_test_name)):
             by_name[o.name] = o
-    return [by_name[n] for n in _OPS if n in by_name]
+    assert set(by_name) == set(_OPS), set(_OPS) - set(by_name)
+    return [by_name[n] for n in _OPS]
 
 
 @pytest.mark.mode_independent
