@@ -2,7 +2,7 @@
 PY      := .venv/bin/python
 PIP     := .venv/bin/pip
 # runtime/src floors, bottom first: each uses only those before it (`make lint` checks).
-RT_FLOORS := runtime/src/base runtime/src/ref runtime/src/kernels runtime/src/graph runtime/src/vtpu
+RT_FLOORS := runtime/src/base runtime/src/ref runtime/src/kernels runtime/src/graph runtime/src/coll runtime/src/vtpu
 CC      ?= gcc
 CCACHE  := $(shell command -v ccache 2>/dev/null)
 # ccache (when installed) shares hits between checkouts in different folders.
@@ -66,14 +66,14 @@ build/ctest-tsan/%: tests/c/%.c $(TSAN_OBJ) $(RT_HDR) tests/c/test.h tests/c/hte
 	@mkdir -p build/ctest-tsan
 	$(CCACHE) $(CC) $(CFLAGS_RT) $(TSAN) $< $(TSAN_OBJ) -lm -o $@
 
-ctest-bins: $(addprefix build/ctest/,$(C_TESTS)) build/ctest-tsan/test_runtime
+ctest-bins: $(addprefix build/ctest/,$(C_TESTS)) build/ctest-tsan/test_runtime build/ctest-tsan/test_coll
 
 ctest: $(addprefix build/ctest/,$(C_TESTS))
 	@tests/c/run_all.sh $(addprefix build/ctest/,$(C_TESTS))
 
-# Streams, events, allocator and threads under ThreadSanitizer.
-ctest-tsan: build/ctest-tsan/test_runtime
-	@TSAN_OPTIONS=halt_on_error=1 tests/c/run_all.sh build/ctest-tsan/test_runtime
+# Streams, events, allocator, collectives and threads under ThreadSanitizer.
+ctest-tsan: build/ctest-tsan/test_runtime build/ctest-tsan/test_coll
+	@TSAN_OPTIONS=halt_on_error=1 tests/c/run_all.sh build/ctest-tsan/test_runtime build/ctest-tsan/test_coll
 
 # The long runs of the fuzzers (a few hundred cases of each run inside `make test`):
 # the view/storage fuzzer, and Fused Eager's random programs against Debug and
@@ -97,7 +97,7 @@ conformance-models: build
 conformance-ops: build
 	$(PY) tests/conformance/ops.py --json build/conformance-ops.json $(CONFORMANCE_ARGS)
 
-# Floors of runtime/src (base -> ref -> kernels -> vtpu): no include and no
+# Floors of runtime/src (base -> ref -> kernels -> graph -> coll -> vtpu): no include and no
 # linked call reaches up a floor (tools/lint_floors.py; needs the objects).
 lint: build/libtpurt.a format-check
 	python3 tools/lint_floors.py --objects build/rt

@@ -51,6 +51,7 @@ typedef enum tpu_flush_cause {
     TPU_FLUSH_MEMORY_STATS, /* tpu_mem_get_stats: the figures count what is alive */
     TPU_FLUSH_WINDOW_BYTES, /* TPU_WINDOW_BYTES_PER_CHIP x the chip's memory of results recorded */
     TPU_FLUSH_GRAPH_END,    /* a thread left Fused Eager (tpu_set_thread_eager_mode): a compiled graph ended */
+    TPU_FLUSH_COLLECTIVE,   /* a collective (coll.h) queued */
     TPU_FLUSH_CAUSE_COUNT
 } tpu_flush_cause;
 

@@ -8,4 +8,5 @@
 #include "ops.h"
 #include "rng.h"
 #include "graph.h"
+#include "coll.h"
 #endif

@@ -56,7 +56,7 @@ struct tpu_stream {
     bool worker_sleeping, started;
     pthread_t thread;
     tpu_status err; /* sticky asynchronous error */
-    char errmsg[512];
+    char errmsg[640];
     tpu_window win; /* Fused Eager's recording window (window.c) */
 };
 
@@ -157,6 +157,11 @@ static void run_cmd(tpu_stream_t s, tpu_cmd *c) {
         char full[512];
         if (tpu_gprog_run(c->u.graph, full, sizeof full)) set_sticky(s, TPU_ERROR_KERNEL, full);
         tpu_gprog_free(c->u.graph);
+        break;
+    }
+    case TPU_CMD_COLL: {
+        char full[640];
+        if (tpu_coll_cmd_run(c, full, sizeof full)) set_sticky(s, TPU_ERROR_KERNEL, full);
         break;
     }
     }
@@ -413,6 +418,7 @@ static tpu_flush_cause flush_cause_of(tpu_cmd_kind k) {
     case TPU_CMD_EVENT: return TPU_FLUSH_EVENT;
     case TPU_CMD_WAIT: return TPU_FLUSH_STREAM_WAIT;
     case TPU_CMD_CALLBACK: return TPU_FLUSH_CALLBACK;
+    case TPU_CMD_COLL: return TPU_FLUSH_COLLECTIVE;
     default: return TPU_FLUSH_EXPLICIT;
     }
 }

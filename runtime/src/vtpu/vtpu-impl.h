@@ -7,6 +7,7 @@
 #include "base/base-impl.h"
 #include "kernels/kernels-impl.h"
 #include "graph/graph-impl.h"
+#include "coll/coll-impl.h"
 #include <pthread.h>
 #include <stdatomic.h>
 
@@ -203,7 +204,8 @@ typedef enum tpu_cmd_kind {
     TPU_CMD_EVENT,
     TPU_CMD_WAIT,
     TPU_CMD_CALLBACK,
-    TPU_CMD_GRAPH
+    TPU_CMD_GRAPH,
+    TPU_CMD_COLL
 } tpu_cmd_kind;
 typedef struct tpu_cmd {
     tpu_cmd_kind kind;
@@ -230,10 +232,17 @@ typedef struct tpu_cmd {
             void *user;
         } cb;
         tpu_gprog *graph; /* a flushed window's program (owned) */
+        struct {
+            tpu_comm_t comm;
+            struct tpu_coll_job *job; /* owned (collective.c) */
+        } coll;
     } u;
 } tpu_cmd;
 
 tpu_cmd *tpu_cmd_new(tpu_cmd_kind kind);
+/* Collectives (collective.c): run a queued TPU_CMD_COLL on its worker; on
+ * failure the text for the queue's sticky error goes in full. */
+tpu_status tpu_coll_cmd_run(tpu_cmd *c, char *full, size_t n);
 /* Queue a command (takes ownership); returns its sequence number in *seq.
  * Flushes the stream's Fused Eager window first; the _raw form does not
  * (the flush itself queues with it). */

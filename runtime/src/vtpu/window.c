@@ -28,8 +28,8 @@ static _Atomic uint64_t st_recorded, st_fused, st_groups, st_kernels, st_dead, s
     st_tables;
 
 static const char *const cause_names[TPU_FLUSH_CAUSE_COUNT] = {
-    "synchronize", "query",  "copy",     "event",        "stream_wait",  "callback", "mode_switch",
-    "window_full", "memory", "explicit", "memory_stats", "window_bytes", "graph_end"};
+    "synchronize", "query",  "copy",     "event",        "stream_wait",  "callback",  "mode_switch",
+    "window_full", "memory", "explicit", "memory_stats", "window_bytes", "graph_end", "collective"};
 
 const char *tpu_flush_cause_name(tpu_flush_cause c) {
     return (unsigned)c < TPU_FLUSH_CAUSE_COUNT ? cause_names[c] : "?";
