@@ -16,7 +16,7 @@ setup(
     ext_modules=[
         CppExtension(
             "torch_tpu._C",
-            sources=["csrc/device.cpp", "csrc/ops.cpp", "csrc/autocast.cpp"],  # ops.cpp includes csrc/ops_*.cpp (one unit: compile time)
+            sources=["csrc/device.cpp", "csrc/ops.cpp", "csrc/autocast.cpp", "csrc/dist.cpp"],  # ops.cpp includes csrc/ops_*.cpp (one unit: compile time)
             include_dirs=[os.path.join(ROOT, "runtime", "include")],
             extra_objects=[LIB],
             depends=[LIB, "csrc/tpu_glue.h", "csrc/ops_core.cpp", "csrc/ops_pointwise.cpp", "csrc/ops_nn.cpp", "csrc/ops_linalg.cpp"] + [os.path.join("runtime/include/tpu", f)

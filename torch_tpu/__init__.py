@@ -28,9 +28,10 @@ Fused Eager window (``compile_stats()``).
 
 def _autoload():
     """Entry point called by ``import torch`` (torch.backends group)."""
-    from . import _compile, _core, _decomp
+    from . import _compile, _core, _decomp, _dist
     _core._register()
     _decomp._register()
+    _dist._register()
     _compile._install_inductor_hook()
 
 

@@ -1,0 +1,454 @@
+// dist.cpp - the `tpu_dist` c10d backend: PyTorch's Backend contract over the
+// runtime's collectives (runtime/include/tpu/coll.h), and the Python module
+// torch_tpu._C that hands the backend to torch.distributed
+// (torch_tpu/_dist.py registers it).
+//
+// Thin on purpose: check arguments in PyTorch's words, turn list forms into
+// one flat device buffer (copies in and out are device ops, stream-ordered),
+// call the runtime. The collective runs on the current stream of the
+// tensors' chip, like a kernel; its Work is complete in stream order, so
+// wait() costs the host nothing (barrier() waits on the host, as NCCL's
+// does). An error found while it runs (a peer gone, a timeout, mismatched
+// collectives) is raised by the next synchronizing call on that stream.
+//
+// The ranks find each other through the process group's store: rank 0 picks
+// a key for the shared segment and publishes it. All ranks must be on one
+// host (shared memory); across hosts the backend raises (not implemented yet).
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/utils/pybind.h>
+#include <ATen/core/ivalue.h>
+#include <ATen/ops/empty.h>
+#include <unistd.h>
+#include <fstream>
+#include <random>
+#include "tpu_glue.h"
+
+namespace at::tpu {
+namespace {
+
+tpu_reduce_op to_reduce_op(const c10d::ReduceOp& op) {
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM: return TPU_REDUCE_SUM;
+    case c10d::ReduceOp::AVG: return TPU_REDUCE_AVG;
+    case c10d::ReduceOp::PRODUCT: return TPU_REDUCE_PRODUCT;
+    case c10d::ReduceOp::MIN: return TPU_REDUCE_MIN;
+    case c10d::ReduceOp::MAX: return TPU_REDUCE_MAX;
+    case c10d::ReduceOp::BAND: return TPU_REDUCE_BAND;
+    case c10d::ReduceOp::BOR: return TPU_REDUCE_BOR;
+    case c10d::ReduceOp::BXOR: return TPU_REDUCE_BXOR;
+    default: TORCH_CHECK_NOT_IMPLEMENTED(false, "tpu_dist does not support ReduceOp.PREMUL_SUM");
+  }
+}
+
+// Work of one call: complete in stream order (an event after it).
+class TpuWork : public c10d::Work {
+ public:
+  TpuWork(int rank, c10d::OpType type, c10::DeviceIndex dev, std::vector<at::Tensor> outputs, bool host_wait)
+      : Work(rank, type), dev_(dev), stream_(current_stream(dev)), outputs_(std::move(outputs)),
+        host_wait_(host_wait) {
+    TPU_CHECK(tpu_event_create(false, &ev_));
+    TPU_CHECK(tpu_event_record(ev_, stream_));
+    std::vector<c10::Device> devs{c10::Device(c10::DeviceType::PrivateUse1, dev)};
+    future_ = c10::make_intrusive<at::ivalue::Future>(c10::ListType::create(c10::TensorType::get()), devs);
+    future_->markCompleted(at::IValue(outputs_));
+  }
+  ~TpuWork() override { tpu_event_destroy(ev_); }
+  bool isCompleted() override { return tpu_event_query(ev_) == TPU_OK; }
+  bool isSuccess() const override { return true; }
+  bool wait(std::chrono::milliseconds) override {
+    tpu_stream_t cur = current_stream(dev_);
+    if (cur != stream_) TPU_CHECK(tpu_stream_wait_event(cur, ev_));
+    if (host_wait_) TPU_CHECK(tpu_stream_synchronize(stream_));  // raises what the collective met
+    return true;
+  }
+  void synchronize() override { wait(std::chrono::milliseconds(0)); }
+  std::vector<at::Tensor> result() override { return outputs_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+
+ private:
+  c10::DeviceIndex dev_;
+  tpu_stream_t stream_;
+  tpu_event_t ev_ = nullptr;
+  std::vector<at::Tensor> outputs_;
+  bool host_wait_;
+  c10::intrusive_ptr<at::ivalue::Future> future_;
+};
+
+std::string host_identity() {
+  if (const char* h = std::getenv("TORCH_TPU_DIST_HOST"); h && *h) return h;  // tests: pretend to be elsewhere
+  char name[256] = {0};
+  gethostname(name, sizeof name - 1);
+  std::ifstream f("/proc/sys/kernel/random/boot_id");
+  std::string boot;
+  std::getline(f, boot);
+  return std::string(name) + "/" + boot;
+}
+
+class TpuBackend : public c10d::Backend {
+ public:
+  TpuBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, std::chrono::milliseconds timeout)
+      : Backend(rank, size), timeout_(timeout) {
+    TORCH_CHECK_VALUE(size <= TPU_COMM_MAX_RANKS, "tpu_dist supports at most ", TPU_COMM_MAX_RANKS,
+                      " ranks on one host, not ", size);
+    std::string host = host_identity();
+    store->set("tpu_dist/host/" + std::to_string(rank), std::vector<uint8_t>(host.begin(), host.end()));
+    for (int r = 0; r < size; r++) {
+      auto v = store->get("tpu_dist/host/" + std::to_string(r));
+      TORCH_CHECK_NOT_IMPLEMENTED(std::string(v.begin(), v.end()) == host, "tpu_dist: rank ", r,
+                                  " is on another host; ranks across hosts are not supported yet (all ranks of a "
+                                  "tpu_dist group must share one host)");
+    }
+    std::string key;
+    if (rank == 0) {
+      std::random_device rd;
+      key = std::to_string(getpid()) + "." + std::to_string(rd()) + std::to_string(rd());
+      store->set("tpu_dist/key", std::vector<uint8_t>(key.begin(), key.end()));
+    } else {
+      auto v = store->get("tpu_dist/key");
+      key.assign(v.begin(), v.end());
+    }
+    TPU_CHECK(tpu_comm_init_shm(key.c_str(), rank, size, std::max<int64_t>(timeout.count(), 1), &comm_));
+  }
+  ~TpuBackend() override { shutdown(); }
+
+  const std::string getBackendName() const override { return "tpu_dist"; }
+  void shutdown() override {
+    if (comm_) tpu_comm_destroy(comm_);
+    comm_ = nullptr;
+  }
+  void abort() override {
+    if (comm_) tpu_comm_abort(comm_, "ProcessGroup abort()");
+  }
+  void setSequenceNumberForGroup() override {}
+  uint64_t getSequenceNumberForGroup() override { return tpu_comm_count(comm_); }
+
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& ts, const c10d::AllreduceOptions& o) override {
+    auto t = one(ts, "allreduce");
+    dense_inplace(t, [&](const at::Tensor& x) {
+      auto d = desc(x);
+      TPU_CHECK(tpu_all_reduce(comm(), &d, &d, to_reduce_op(o.reduceOp), nullptr));
+    });
+    return work(c10d::OpType::ALLREDUCE, t, {t});
+  }
+
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(std::vector<at::Tensor>& ts,
+                                                     const c10d::AllreduceCoalescedOptions& o) override {
+    TORCH_CHECK_VALUE(!ts.empty(), "allreduce_coalesced: requires at least one tensor");
+    for (auto& t : ts) {
+      check_tensor(t, "allreduce_coalesced");
+      dense_inplace(t, [&](const at::Tensor& x) {
+        auto d = desc(x);
+        TPU_CHECK(tpu_all_reduce(comm(), &d, &d, to_reduce_op(o.reduceOp), nullptr));
+      });
+    }
+    return work(c10d::OpType::ALLREDUCE_COALESCED, ts[0], ts);
+  }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& ts, const c10d::BroadcastOptions& o) override {
+    auto t = one(ts, "broadcast");
+    check_root(o.rootRank);
+    dense_inplace(t, [&](const at::Tensor& x) {
+      auto d = desc(x);
+      TPU_CHECK(tpu_broadcast(comm(), &d, static_cast<int>(o.rootRank), nullptr));
+    });
+    return work(c10d::OpType::BROADCAST, t, {t});
+  }
+
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& ts, const c10d::ReduceOptions& o) override {
+    auto t = one(ts, "reduce");
+    check_root(o.rootRank);
+    dense_inplace(t, [&](const at::Tensor& x) {
+      auto d = desc(x);
+      TPU_CHECK(tpu_reduce(comm(), &d, &d, to_reduce_op(o.reduceOp), static_cast<int>(o.rootRank), nullptr));
+    });
+    return work(c10d::OpType::REDUCE, t, {t});
+  }
+
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& out, at::Tensor& in,
+                                                 const c10d::AllgatherOptions&) override {
+    check_tensor(in, "all_gather_into_tensor");
+    check_tensor(out, "all_gather_into_tensor");
+    check_same(in, out, "all_gather_into_tensor");
+    TORCH_CHECK_VALUE(out.numel() == in.numel() * getSize(),
+                      "output tensor size must be equal to world_size times input tensor size");
+    TORCH_CHECK_VALUE(out.is_contiguous(), "Tensors must be contiguous");
+    auto src = in.contiguous();
+    auto di = desc(src), dout = desc(out);
+    TPU_CHECK(tpu_all_gather(comm(), &di, &dout, nullptr));
+    return work(c10d::OpType::_ALLGATHER_BASE, out, {out});
+  }
+
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(std::vector<at::Tensor>& outs,
+                                                                 std::vector<at::Tensor>& ins,
+                                                                 const c10d::AllgatherOptions& o) override {
+    TORCH_CHECK_VALUE(outs.size() == ins.size() && !ins.empty(),
+                      "allgather_into_tensor_coalesced: as many outputs as inputs are required");
+    for (size_t i = 0; i < ins.size(); i++) _allgather_base(outs[i], ins[i], o);
+    return work(c10d::OpType::COALESCED, outs[0], outs);
+  }
+
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outs, std::vector<at::Tensor>& ins,
+                                           const c10d::AllgatherOptions&) override {
+    auto in = one(ins, "allgather");
+    TORCH_CHECK_VALUE(outs.size() == 1, "allgather: requires a single list of output tensors");
+    auto& list = outs[0];
+    TORCH_CHECK_VALUE(static_cast<int>(list.size()) == getSize(), "allgather: the output list must have world size (",
+                      getSize(), ") tensors, not ", list.size());
+    for (auto& t : list) {
+      check_tensor(t, "allgather");
+      check_same(in, t, "allgather");
+      TORCH_CHECK_VALUE(t.numel() == in.numel(), "allgather: every output tensor must have the input's size");
+    }
+    auto flat = at::empty({in.numel() * getSize()}, in.options());
+    auto src = in.contiguous();
+    auto di = desc(src), dout = desc(flat);
+    TPU_CHECK(tpu_all_gather(comm(), &di, &dout, nullptr));
+    for (int r = 0; r < getSize(); r++) list[r].copy_(flat.narrow(0, r * in.numel(), in.numel()).view(list[r].sizes()));
+    return work(c10d::OpType::ALLGATHER, in, list);
+  }
+
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outs, std::vector<at::Tensor>& ins,
+                                        const c10d::GatherOptions& o) override {
+    auto in = one(ins, "gather");
+    check_root(o.rootRank);
+    bool root = getRank() == o.rootRank;
+    if (root) {
+      TORCH_CHECK_VALUE(outs.size() == 1 && static_cast<int>(outs[0].size()) == getSize(),
+                        "gather: requires a list of world size (", getSize(), ") output tensors on the root");
+      for (auto& t : outs[0]) {
+        check_tensor(t, "gather");
+        check_same(in, t, "gather");
+        TORCH_CHECK_VALUE(t.numel() == in.numel(), "gather: every output tensor must have the input's size");
+      }
+    } else {
+      TORCH_CHECK_VALUE(outs.empty() || outs[0].empty(), "gather: Requires empty output on non-root");
+    }
+    auto src = in.contiguous();
+    auto di = desc(src);
+    at::Tensor flat;
+    tpu_tensor dout{};
+    if (root) {
+      flat = at::empty({in.numel() * getSize()}, in.options());
+      dout = desc(flat);
+    }
+    TPU_CHECK(tpu_gather(comm(), &di, root ? &dout : nullptr, static_cast<int>(o.rootRank), nullptr));
+    std::vector<at::Tensor> res;
+    if (root) {
+      for (int r = 0; r < getSize(); r++)
+        outs[0][r].copy_(flat.narrow(0, r * in.numel(), in.numel()).view(outs[0][r].sizes()));
+      res = outs[0];
+    }
+    return work(c10d::OpType::GATHER, in, res);
+  }
+
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outs, std::vector<std::vector<at::Tensor>>& ins,
+                                         const c10d::ScatterOptions& o) override {
+    auto out = one(outs, "scatter");
+    check_root(o.rootRank);
+    bool root = getRank() == o.rootRank;
+    at::Tensor flat;
+    tpu_tensor din{};
+    if (root) {
+      TORCH_CHECK_VALUE(ins.size() == 1 && static_cast<int>(ins[0].size()) == getSize(),
+                        "scatter: requires a list of world size (", getSize(), ") input tensors on the root");
+      for (auto& t : ins[0]) {
+        check_tensor(t, "scatter");
+        check_same(out, t, "scatter");
+        TORCH_CHECK_VALUE(t.numel() == out.numel(), "scatter: every input tensor must have the output's size");
+      }
+      flat = at::empty({out.numel() * getSize()}, out.options());
+      for (int r = 0; r < getSize(); r++) flat.narrow(0, r * out.numel(), out.numel()).copy_(ins[0][r].reshape(-1));
+      din = desc(flat);
+    } else {
+      TORCH_CHECK_VALUE(ins.empty() || ins[0].empty(), "scatter: Requires empty input on non-root");
+    }
+    dense_inplace(out, [&](const at::Tensor& x) {
+      auto dout = desc(x);
+      TPU_CHECK(tpu_scatter(comm(), root ? &din : nullptr, &dout, static_cast<int>(o.rootRank), nullptr));
+    });
+    return work(c10d::OpType::SCATTER, out, {out});
+  }
+
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& out, at::Tensor& in,
+                                                      const c10d::ReduceScatterOptions& o) override {
+    check_tensor(in, "reduce_scatter_tensor");
+    check_tensor(out, "reduce_scatter_tensor");
+    check_same(in, out, "reduce_scatter_tensor");
+    TORCH_CHECK_VALUE(in.numel() == out.numel() * getSize(),
+                      "input tensor must be the same size as output size times world size");
+    auto src = in.contiguous();
+    dense_inplace(out, [&](const at::Tensor& x) {
+      auto di = desc(src), dout = desc(x);
+      TPU_CHECK(tpu_reduce_scatter(comm(), &di, &dout, to_reduce_op(o.reduceOp), nullptr));
+    });
+    return work(c10d::OpType::_REDUCE_SCATTER_BASE, out, {out});
+  }
+
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outs,
+                                                                 std::vector<at::Tensor>& ins,
+                                                                 const c10d::ReduceScatterOptions& o) override {
+    TORCH_CHECK_VALUE(outs.size() == ins.size() && !ins.empty(),
+                      "reduce_scatter_tensor_coalesced: as many outputs as inputs are required");
+    for (size_t i = 0; i < ins.size(); i++) _reduce_scatter_base(outs[i], ins[i], o);
+    return work(c10d::OpType::COALESCED, outs[0], outs);
+  }
+
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outs,
+                                                std::vector<std::vector<at::Tensor>>& ins,
+                                                const c10d::ReduceScatterOptions& o) override {
+    auto out = one(outs, "reduce_scatter");
+    TORCH_CHECK_VALUE(ins.size() == 1 && static_cast<int>(ins[0].size()) == getSize(),
+                      "reduce_scatter: requires a list of world size (", getSize(), ") input tensors");
+    for (auto& t : ins[0]) {
+      check_tensor(t, "reduce_scatter");
+      check_same(out, t, "reduce_scatter");
+      TORCH_CHECK_VALUE(t.numel() == out.numel(), "reduce_scatter: every input tensor must have the output's size");
+    }
+    auto flat = at::empty({out.numel() * getSize()}, out.options());
+    for (int r = 0; r < getSize(); r++) flat.narrow(0, r * out.numel(), out.numel()).copy_(ins[0][r].reshape(-1));
+    dense_inplace(out, [&](const at::Tensor& x) {
+      auto di = desc(flat), dout = desc(x);
+      TPU_CHECK(tpu_reduce_scatter(comm(), &di, &dout, to_reduce_op(o.reduceOp), nullptr));
+    });
+    return work(c10d::OpType::REDUCE_SCATTER, out, {out});
+  }
+
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& out, at::Tensor& in, std::vector<int64_t>& out_splits,
+                                               std::vector<int64_t>& in_splits, const c10d::AllToAllOptions&) override {
+    check_tensor(in, "all_to_all_single");
+    check_tensor(out, "all_to_all_single");
+    check_same(in, out, "all_to_all_single");
+    int P = getSize();
+    std::vector<int64_t> sc(P), rc(P);
+    auto counts = [&](const at::Tensor& t, const std::vector<int64_t>& splits, std::vector<int64_t>& c) {
+      int64_t rows = t.dim() ? t.size(0) : 1, per = rows ? t.numel() / rows : 0;
+      if (splits.empty()) {
+        TORCH_CHECK_VALUE(rows % P == 0, "Tensor's dim 0 does not divide equally across group size");
+        for (int r = 0; r < P; r++) c[r] = rows / P * per;
+      } else {
+        TORCH_CHECK_VALUE(static_cast<int>(splits.size()) == P, "Number of tensor splits not equal to group size");
+        int64_t sum = 0;
+        for (int r = 0; r < P; r++) {
+          TORCH_CHECK_VALUE(splits[r] >= 0, "Split sizes must be non-negative");
+          sum += splits[r];
+          c[r] = splits[r] * per;
+        }
+        TORCH_CHECK_VALUE(sum == rows, "Split sizes doesn't match total dim 0 size");
+      }
+    };
+    counts(in, in_splits, sc);
+    counts(out, out_splits, rc);
+    auto src = in.contiguous();
+    dense_inplace(out, [&](const at::Tensor& x) {
+      auto di = desc(src), dout = desc(x);
+      TPU_CHECK(tpu_all_to_all(comm(), &di, sc.data(), &dout, rc.data(), nullptr));
+    });
+    return work(c10d::OpType::ALLTOALL_BASE, out, {out});
+  }
+
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outs, std::vector<at::Tensor>& ins,
+                                          const c10d::AllToAllOptions&) override {
+    int P = getSize();
+    TORCH_CHECK_VALUE(static_cast<int>(outs.size()) == P && static_cast<int>(ins.size()) == P,
+                      "all_to_all: requires world size (", P, ") input and output tensors");
+    std::vector<int64_t> sc(P), rc(P);
+    int64_t ts = 0, tr = 0;
+    for (int r = 0; r < P; r++) {
+      check_tensor(ins[r], "all_to_all");
+      check_tensor(outs[r], "all_to_all");
+      check_same(ins[0], ins[r], "all_to_all");
+      check_same(ins[0], outs[r], "all_to_all");
+      sc[r] = ins[r].numel();
+      rc[r] = outs[r].numel();
+      ts += sc[r];
+      tr += rc[r];
+    }
+    auto fin = at::empty({ts}, ins[0].options()), fout = at::empty({tr}, ins[0].options());
+    for (int64_t r = 0, o = 0; r < P; o += sc[r], r++)
+      if (sc[r]) fin.narrow(0, o, sc[r]).copy_(ins[r].reshape(-1));
+    auto di = desc(fin), dout = desc(fout);
+    TPU_CHECK(tpu_all_to_all(comm(), &di, sc.data(), &dout, rc.data(), nullptr));
+    for (int64_t r = 0, o = 0; r < P; o += rc[r], r++)
+      if (rc[r]) outs[r].copy_(fout.narrow(0, o, rc[r]).view(outs[r].sizes()));
+    return work(c10d::OpType::ALLTOALL, outs[0], outs);
+  }
+
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& o) override {
+    c10::DeviceIndex dev = o.device_ids.empty() ? static_cast<c10::DeviceIndex>(tpu_device_current())
+                                                : static_cast<c10::DeviceIndex>(o.device_ids[0]);
+    TPU_CHECK(tpu_comm_barrier(comm(), dev, current_stream(dev)));
+    return c10::make_intrusive<TpuWork>(getRank(), c10d::OpType::BARRIER, dev, std::vector<at::Tensor>{}, true);
+  }
+
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>&, int, int) override {
+    TORCH_CHECK_NOT_IMPLEMENTED(false, "tpu_dist: send / recv (point-to-point) are not implemented yet");
+  }
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>&, int, int) override {
+    TORCH_CHECK_NOT_IMPLEMENTED(false, "tpu_dist: send / recv (point-to-point) are not implemented yet");
+  }
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>&, int) override {
+    TORCH_CHECK_NOT_IMPLEMENTED(false, "tpu_dist: send / recv (point-to-point) are not implemented yet");
+  }
+
+ private:
+  tpu_comm_t comm() {
+    TORCH_CHECK(comm_, "tpu_dist: the process group was shut down");
+    return comm_;
+  }
+  void check_root(int64_t root) {
+    TORCH_CHECK_VALUE(root >= 0 && root < getSize(), "Invalid rootRank: ", root, " (world size ", getSize(), ")");
+  }
+  static void check_tensor(const at::Tensor& t, const char* what) {
+    TORCH_CHECK_VALUE(t.defined(), what, ": tensors must be defined");
+    TORCH_CHECK_VALUE(t.device().type() == c10::DeviceType::PrivateUse1, what,
+                      ": tpu_dist takes tensors on a tpu device, not ", t.device());
+    TORCH_CHECK_VALUE(t.layout() == c10::Layout::Strided, what, ": Tensors must be dense (strided), not ",
+                      t.layout());
+    TORCH_CHECK_VALUE(dtype_supported(t.scalar_type()), what, ": dtype ", t.scalar_type(),
+                      " is not supported by tpu_dist");
+  }
+  static void check_same(const at::Tensor& a, const at::Tensor& b, const char* what) {
+    TORCH_CHECK_VALUE(a.scalar_type() == b.scalar_type(), what, ": tensors must all have the same dtype (found ",
+                      a.scalar_type(), " and ", b.scalar_type(), ")");
+    TORCH_CHECK_VALUE(a.device() == b.device(), what, ": tensors must all be on the same device (found ", a.device(),
+                      " and ", b.device(), ")");
+  }
+  at::Tensor one(std::vector<at::Tensor>& ts, const char* what) {
+    TORCH_CHECK_VALUE(ts.size() == 1, what, ": tpu_dist takes one tensor per call (got ", ts.size(), ")");
+    check_tensor(ts[0], what);
+    return ts[0];
+  }
+  // Run `f` on t if it is contiguous, else on a contiguous copy written back after.
+  template <class F>
+  static void dense_inplace(const at::Tensor& t, F&& f) {
+    if (t.is_contiguous()) {
+      f(t);
+      return;
+    }
+    auto tmp = t.contiguous();
+    f(tmp);
+    const_cast<at::Tensor&>(t).copy_(tmp);
+  }
+  c10::intrusive_ptr<c10d::Work> work(c10d::OpType type, const at::Tensor& like, std::vector<at::Tensor> outs) {
+    return c10::make_intrusive<TpuWork>(getRank(), type, like.device().index(), std::move(outs), false);
+  }
+
+  std::chrono::milliseconds timeout_;
+  tpu_comm_t comm_ = nullptr;
+};
+
+}  // namespace
+}  // namespace at::tpu
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "torch_tpu._C: the tpu_dist c10d backend (the ATen kernels load through torch.ops.load_library)";
+  m.def(
+      "_create_tpu_dist",
+      [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, int64_t timeout_ms) {
+        return c10::intrusive_ptr<c10d::Backend>(
+            c10::make_intrusive<at::tpu::TpuBackend>(store, rank, size, std::chrono::milliseconds(timeout_ms)));
+      },
+      py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout_ms"),
+      py::call_guard<py::gil_scoped_release>());
+}
