@@ -29,15 +29,24 @@ namespace {
 
 tpu_reduce_op to_reduce_op(const c10d::ReduceOp& op) {
   switch (op.op_) {
-    case c10d::ReduceOp::SUM: return TPU_REDUCE_SUM;
-    case c10d::ReduceOp::AVG: return TPU_REDUCE_AVG;
-    case c10d::ReduceOp::PRODUCT: return TPU_REDUCE_PRODUCT;
-    case c10d::ReduceOp::MIN: return TPU_REDUCE_MIN;
-    case c10d::ReduceOp::MAX: return TPU_REDUCE_MAX;
-    case c10d::ReduceOp::BAND: return TPU_REDUCE_BAND;
-    case c10d::ReduceOp::BOR: return TPU_REDUCE_BOR;
-    case c10d::ReduceOp::BXOR: return TPU_REDUCE_BXOR;
-    default: TORCH_CHECK_NOT_IMPLEMENTED(false, "tpu_dist does not support ReduceOp.PREMUL_SUM");
+    case c10d::ReduceOp::SUM:
+      return TPU_REDUCE_SUM;
+    case c10d::ReduceOp::AVG:
+      return TPU_REDUCE_AVG;
+    case c10d::ReduceOp::PRODUCT:
+      return TPU_REDUCE_PRODUCT;
+    case c10d::ReduceOp::MIN:
+      return TPU_REDUCE_MIN;
+    case c10d::ReduceOp::MAX:
+      return TPU_REDUCE_MAX;
+    case c10d::ReduceOp::BAND:
+      return TPU_REDUCE_BAND;
+    case c10d::ReduceOp::BOR:
+      return TPU_REDUCE_BOR;
+    case c10d::ReduceOp::BXOR:
+      return TPU_REDUCE_BXOR;
+    default:
+      TORCH_CHECK_NOT_IMPLEMENTED(false, "tpu_dist does not support ReduceOp.PREMUL_SUM");
   }
 }
 
@@ -45,8 +54,7 @@ tpu_reduce_op to_reduce_op(const c10d::ReduceOp& op) {
 class TpuWork : public c10d::Work {
  public:
   TpuWork(int rank, c10d::OpType type, c10::DeviceIndex dev, std::vector<at::Tensor> outputs, bool host_wait)
-      : Work(rank, type), dev_(dev), stream_(current_stream(dev)), outputs_(std::move(outputs)),
-        host_wait_(host_wait) {
+      : Work(rank, type), dev_(dev), stream_(current_stream(dev)), outputs_(std::move(outputs)), host_wait_(host_wait) {
     TPU_CHECK(tpu_event_create(false, &ev_));
     TPU_CHECK(tpu_event_record(ev_, stream_));
     std::vector<c10::Device> devs{c10::Device(c10::DeviceType::PrivateUse1, dev)};
@@ -403,8 +411,7 @@ class TpuBackend : public c10d::Backend {
     TORCH_CHECK_VALUE(t.defined(), what, ": tensors must be defined");
     TORCH_CHECK_VALUE(t.device().type() == c10::DeviceType::PrivateUse1, what,
                       ": tpu_dist takes tensors on a tpu device, not ", t.device());
-    TORCH_CHECK_VALUE(t.layout() == c10::Layout::Strided, what, ": Tensors must be dense (strided), not ",
-                      t.layout());
+    TORCH_CHECK_VALUE(t.layout() == c10::Layout::Strided, what, ": Tensors must be dense (strided), not ", t.layout());
     TORCH_CHECK_VALUE(dtype_supported(t.scalar_type()), what, ": dtype ", t.scalar_type(),
                       " is not supported by tpu_dist");
   }

@@ -381,6 +381,42 @@ static void test_all_to_all_uneven(void) {
     run_world(3, 30000, a2a_rank);
 }
 
+/* Collectives run in issue order whatever stream they were queued on: rank
+ * 0 queues A on a stream held up by a slow callback, then B on another; rank
+ * 1 queues both on one stream. B must not overtake A on rank 0. */
+static void slow_cb(void *u) {
+    (void)u;
+    struct timespec ts = {0, 150000000};
+    nanosleep(&ts, NULL);
+}
+
+static void order_rank(world *w, int rank) {
+    tpu_comm_t c = w->comm[rank];
+    tpu_stream_t s = w->stream[rank], s2;
+    RCHECK(tpu_stream_create(0, -1, &s2) == TPU_OK, "%s", tpu_last_error());
+    dbuf a = dalloc(TPU_F32, 4), b = dalloc(TPU_F32, 6);
+    float ha[4] = {1, 1, 1, 1}, hb[6] = {2, 2, 2, 2, 2, 2}, ga[4], gb[6];
+    dput(&a, ha, s);
+    dput(&b, hb, s);
+    tpu_stream_synchronize(s);
+    if (rank == 0) {
+        tpu_stream_add_callback(s2, slow_cb, NULL);
+        RCHECK(tpu_all_reduce(c, &a.t, &a.t, TPU_REDUCE_SUM, s2) == TPU_OK, "%s", tpu_last_error());
+        RCHECK(tpu_all_reduce(c, &b.t, &b.t, TPU_REDUCE_SUM, s) == TPU_OK, "%s", tpu_last_error());
+        RCHECK(tpu_stream_synchronize(s2) == TPU_OK, "%s", tpu_last_error());
+    } else {
+        RCHECK(tpu_all_reduce(c, &a.t, &a.t, TPU_REDUCE_SUM, s) == TPU_OK, "%s", tpu_last_error());
+        RCHECK(tpu_all_reduce(c, &b.t, &b.t, TPU_REDUCE_SUM, s) == TPU_OK, "%s", tpu_last_error());
+    }
+    RCHECK(dget(gb, &b, s) == TPU_OK, "%s", tpu_last_error());
+    RCHECK(dget(ga, &a, s) == TPU_OK, "%s", tpu_last_error());
+    RCHECK(ga[0] == 2 && gb[5] == 4, "got %g %g", ga[0], gb[5]);
+    dfree(&a);
+    dfree(&b);
+}
+
+static void test_issue_order_across_streams(void) { run_world(2, 5000, order_rank); }
+
 /* --- errors a rank finds alone: at the call, PyTorch's wording, nothing queued --- */
 
 static void test_argument_errors(void) {
@@ -585,6 +621,7 @@ int main(int argc, char **argv) {
     RUN_TEST(test_every_collective_2_and_4_ranks);
     RUN_TEST(test_pieces_larger_than_a_slot);
     RUN_TEST(test_all_to_all_uneven);
+    RUN_TEST(test_issue_order_across_streams);
     RUN_TEST(test_mismatched_collectives_fail_on_every_rank);
     RUN_TEST(test_timeout_names_the_collective_and_rank);
     RUN_TEST(test_peer_left);

@@ -9,6 +9,7 @@ eager mode of the fixture; a rank reports "ok" or its traceback.
 """
 import datetime
 import os
+import socket
 import tempfile
 import traceback
 
@@ -287,6 +288,79 @@ def case_ddp(rank, world):
         torch.testing.assert_close(p.detach().cpu(), q.detach().cpu(), rtol=1e-5, atol=1e-6)
 
 
+def case_fsdp2(rank, world, mixed):
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    torch.tpu.set_device(0)
+    m, ref = _mlp().to("tpu"), _mlp().to("tpu")
+    mp_policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if mixed else None
+    kw = {"mp_policy": mp_policy} if mixed else {}
+    for layer in m:
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(layer, **kw)
+    fully_shard(m, **kw)
+    opt, ropt = torch.optim.AdamW(m.parameters(), lr=0.01), torch.optim.AdamW(ref.parameters(), lr=0.01)
+    g = torch.Generator().manual_seed(1)
+    losses, ref_losses = [], []
+    for _ in range(3):
+        x, y = torch.randn(8 * world, 16, generator=g), torch.randn(8 * world, 4, generator=g)
+        ropt.zero_grad()
+        loss = torch.nn.functional.mse_loss(ref(x.to("tpu")), y.to("tpu"))
+        loss.backward()
+        ropt.step()
+        ref_losses.append(loss.item())
+        opt.zero_grad()
+        part = slice(rank * 8, rank * 8 + 8)
+        loss = torch.nn.functional.mse_loss(m(x[part].to("tpu")).float(), y[part].to("tpu"))
+        loss.backward()
+        opt.step()
+        t = loss.detach().clone()
+        dist.all_reduce(t, op=R.AVG)
+        losses.append(t.item())
+    tol = {"rtol": 3e-2, "atol": 3e-2} if mixed else {"rtol": 1e-5, "atol": 1e-6}
+    torch.testing.assert_close(torch.tensor(losses), torch.tensor(ref_losses), **tol)
+    for (k, v), q in zip(m.state_dict().items(), ref.state_dict().values()):
+        torch.testing.assert_close(v.full_tensor().cpu(), q.cpu(), **tol)
+
+
+def case_dtensor_tp_dcp(rank, world, ckdir):
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    import torch.distributed.checkpoint as dcp
+    torch.tpu.set_device(0)
+    mesh = init_device_mesh("tpu", (world,))
+    x = torch.arange(16.).view(4, 4)
+    d = distribute_tensor(x.to("tpu"), mesh, [Shard(0)])
+    torch.testing.assert_close((d @ d.T).full_tensor().cpu(), x @ x.T)
+    torch.testing.assert_close(d.redistribute(mesh, [Replicate()]).to_local().cpu(), x)
+    if world == 4:
+        mesh2 = init_device_mesh("tpu", (2, 2), mesh_dim_names=("dp", "tp"))
+        d2 = distribute_tensor(x.to("tpu"), mesh2, [Shard(0), Shard(1)])
+        torch.testing.assert_close((d2 * 2).sum().full_tensor().cpu(), (x * 2).sum())
+        torch.testing.assert_close(d2.redistribute(mesh2, [Replicate(), Replicate()]).to_local().cpu(), x)
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 8)).to("tpu")
+    torch.manual_seed(0)
+    ref = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 8)).to("tpu")
+    tp_mesh = init_device_mesh("tpu", (world,))
+    parallelize_module(m, tp_mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    inp = torch.randn(3, 8, generator=torch.Generator().manual_seed(2)).to("tpu")
+    out = m(inp)
+    out.sum().backward()
+    rout = ref(inp)
+    rout.sum().backward()
+    torch.testing.assert_close(out.cpu(), rout.cpu(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(m[0].weight.grad.full_tensor().cpu(), ref[0].weight.grad.cpu(), rtol=1e-5, atol=1e-5)
+    sd = {"w0": m[0].weight, "w2": m[2].weight}
+    dcp.save(sd, checkpoint_id=ckdir)
+    with torch.no_grad():
+        m[0].weight.zero_()
+        m[2].weight.zero_()
+    dcp.load(sd, checkpoint_id=ckdir)
+    torch.testing.assert_close(m[0].weight.full_tensor().cpu(), ref[0].weight.detach().cpu())
+    torch.testing.assert_close(m[2].weight.full_tensor().cpu(), ref[2].weight.detach().cpu())
+
+
 # ---------------------------------------------------------------- the tests
 
 
@@ -327,3 +401,43 @@ def test_ddp_equals_single_process(eager_mode):
 def test_backend_registered(eager_mode):
     assert "tpu_dist" in dist.Backend.backend_list
     assert dist.Backend.default_device_backend_map.get("tpu") == "tpu_dist"
+
+
+@pytest.mark.parametrize("mixed", [False, True], ids=["fp32", "bf16-params"])
+def test_fsdp2_equals_single_process(eager_mode, mixed):
+    if mixed and eager_mode != "strict":
+        pytest.skip("mixed precision: strict only (the fp32 case covers the modes)")
+    run_world(case_fsdp2, 2, eager_mode, args=(mixed,))
+
+
+@pytest.mark.mode_independent
+@pytest.mark.parametrize("world", [2, 4])
+def test_dtensor_device_mesh_tensor_parallel_checkpoint(eager_mode, world, tmp_path):
+    run_world(case_dtensor_tp_dcp, world, eager_mode, args=(str(tmp_path / "ckpt"),))
+
+
+@pytest.mark.mode_independent
+def test_torchrun_two_ranks_default_backend(tmp_path):
+    import subprocess
+    import sys
+    script = tmp_path / "job.py"
+    script.write_text(
+        "import os, torch, torch.distributed as dist\n"
+        "dist.init_process_group()\n"
+        "torch.tpu.set_device(int(os.environ['LOCAL_RANK']) % torch.tpu.device_count())\n"
+        "t = torch.ones(3, device='tpu') * (dist.get_rank() + 1)\n"
+        "dist.all_reduce(t)\n"
+        "assert t.cpu().tolist() == [3.0] * 3, t\n"
+        "print('rank', dist.get_rank(), 'ok', flush=True)\n"
+        "dist.destroy_process_group()\n")
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    env = dict(os.environ, TPU_NUM_DEVICES="2", OMP_NUM_THREADS="1")
+    # torchrun's --master_port 0 waits forever for workers that never learn the port: take a free one.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    r = subprocess.run([torchrun, "--nproc_per_node", "2", "--master_addr", "127.0.0.1", "--master_port",
+                        str(port), str(script)], env=env,
+                       capture_output=True, text=True, timeout=WORLD_TIMEOUT)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.count(" ok") == 2, r.stdout

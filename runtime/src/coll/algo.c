@@ -23,6 +23,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #define DIRECT_BYTES (256u << 10)
 #define BLOCK        512 /* elements reduced per pass through the ranks' slots */
@@ -396,13 +397,63 @@ static tpu_status run_all_to_all(tpu_comm_t c, const tpu_coll_job *j, char *msg,
     return TPU_OK;
 }
 
+void tpu_coll_issue(tpu_comm_t c, tpu_coll_job *j) {
+    pthread_mutex_lock(&c->imu);
+    j->ticket = ++c->issued;
+}
+
+void tpu_coll_issued(tpu_comm_t c, bool ok) {
+    if (!ok) coll_break(c, "a collective could not be queued (its successors could never run in order)");
+    pthread_mutex_unlock(&c->imu);
+}
+
+static bool broken(tpu_comm_t c) {
+    pthread_mutex_lock(&c->emu);
+    bool b = c->err != TPU_OK;
+    pthread_mutex_unlock(&c->emu);
+    return b;
+}
+
+static int64_t mono_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+/* Wait (holding mu) for the collectives issued before j to have run. */
+static tpu_status wait_turn(tpu_comm_t c, const tpu_coll_job *j, char *msg, size_t n) {
+    int64_t start = mono_ms();
+    while (c->calls + 1 != j->ticket && !broken(c)) {
+        struct timespec dl;
+        clock_gettime(CLOCK_REALTIME, &dl);
+        dl.tv_nsec += 50000000;
+        if (dl.tv_nsec >= 1000000000) {
+            dl.tv_sec++;
+            dl.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&c->turn, &c->mu, &dl);
+        if (c->calls + 1 != j->ticket && mono_ms() - start >= c->timeout_ms) {
+            snprintf(msg, n,
+                     "rank %d timed out after %lld ms: %s (call #%llu) waited for call #%llu, issued before it and "
+                     "queued on another stream that has not reached it",
+                     c->rank, (long long)(mono_ms() - start), tpu_coll_kind_name(j->kind),
+                     (unsigned long long)j->ticket, (unsigned long long)(c->calls + 1));
+            coll_break(c, msg);
+            return TPU_ERROR_KERNEL;
+        }
+    }
+    return TPU_OK;
+}
+
 tpu_status tpu_coll_run(tpu_comm_t c, const tpu_coll_job *j, char *msg, size_t n) {
     pthread_mutex_lock(&c->mu);
-    tpu_status st;
-    pthread_mutex_lock(&c->emu);
-    st = c->err;
-    if (st) snprintf(msg, n, "the communicator is unusable after an earlier error: %s", c->errmsg);
-    pthread_mutex_unlock(&c->emu);
+    tpu_status st = wait_turn(c, j, msg, n);
+    if (!st) {
+        pthread_mutex_lock(&c->emu);
+        st = c->err;
+        if (st) snprintf(msg, n, "the communicator is unusable after an earlier error: %s", c->errmsg);
+        pthread_mutex_unlock(&c->emu);
+    }
     if (!st) {
         c->cur = j;
         write_desc(c, j);
@@ -425,6 +476,7 @@ tpu_status tpu_coll_run(tpu_comm_t c, const tpu_coll_job *j, char *msg, size_t n
         c->cur = NULL;
         c->calls++;
         atomic_store(&c->ncalls_pub, c->calls);
+        pthread_cond_broadcast(&c->turn);
     }
     pthread_mutex_unlock(&c->mu);
     return st;

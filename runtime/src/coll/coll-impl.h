@@ -38,10 +38,20 @@ typedef struct tpu_coll_job {
     const char *in;
     char *out;
     int64_t *send_counts, *recv_counts; /* all_to_all: nranks each (owned by the job) */
+    uint64_t ticket;                    /* issue order on its communicator (tpu_coll_issue) */
 } tpu_coll_job;
 
-/* Run `j` as this rank's next collective (blocks until the ranks are through
- * it). On failure: the error text in msg, the communicator broken. */
+/* Collectives run in the order they were issued, whatever streams they were
+ * queued on (the ranks must agree on one order, and a program issues them in
+ * the same order on every rank): tpu_coll_issue locks the issue order and
+ * gives j its ticket; the caller queues it, then calls tpu_coll_issued (with
+ * ok = false if queueing failed: the communicator breaks, as a later ticket
+ * could never run). */
+void tpu_coll_issue(tpu_comm_t c, tpu_coll_job *j);
+void tpu_coll_issued(tpu_comm_t c, bool ok);
+/* Run `j` when every collective issued before it has run (blocks until the
+ * ranks are through it). On failure: the error text in msg, the
+ * communicator broken. */
 tpu_status tpu_coll_run(tpu_comm_t c, const tpu_coll_job *j, char *msg, size_t n);
 /* Jobs queued and not yet run (vtpu/collective.c keeps the count; destroy waits for 0). */
 void tpu_comm_inflight_add(tpu_comm_t c, int d);
@@ -83,6 +93,9 @@ struct tpu_comm {
     _Atomic int *local_refs;
     pthread_mutex_t mu;  /* one collective at a time per rank */
     pthread_mutex_t emu; /* err, errmsg */
+    pthread_mutex_t imu; /* issue order: held from tpu_coll_issue to tpu_coll_issued */
+    pthread_cond_t turn; /* with mu: `calls` moved on */
+    uint64_t issued;     /* tickets handed out (imu) */
     uint32_t step;       /* steps this rank has taken */
     uint64_t calls;      /* collectives run */
     _Atomic uint64_t ncalls_pub;

@@ -103,6 +103,7 @@ void coll_break(tpu_comm_t c, const char *msg) {
         snprintf(c->errmsg, sizeof c->errmsg, "%s", msg);
     }
     pthread_mutex_unlock(&c->emu);
+    pthread_cond_broadcast(&c->turn);
     coll_ctrl *k = c->ctrl;
     uint32_t z = 0;
     if (atomic_compare_exchange_strong(&k->broken_claim, &z, (uint32_t)c->rank + 1)) {
@@ -199,6 +200,8 @@ static tpu_status comm_new(int rank, int nranks, int64_t timeout_ms, tpu_comm_t 
     c->timeout_ms = timeout_ms;
     pthread_mutex_init(&c->mu, NULL);
     pthread_mutex_init(&c->emu, NULL);
+    pthread_mutex_init(&c->imu, NULL);
+    pthread_cond_init(&c->turn, NULL);
     *out = c;
     return TPU_OK;
 }
@@ -308,6 +311,8 @@ tpu_status tpu_comm_init_shm(const char *key, int rank, int nranks, int64_t time
         munmap(p, bytes);
         pthread_mutex_destroy(&c->mu);
         pthread_mutex_destroy(&c->emu);
+        pthread_mutex_destroy(&c->imu);
+        pthread_cond_destroy(&c->turn);
         free(c);
         return st;
     }
@@ -364,6 +369,8 @@ tpu_status tpu_comm_destroy(tpu_comm_t c) {
     }
     pthread_mutex_destroy(&c->mu);
     pthread_mutex_destroy(&c->emu);
+    pthread_mutex_destroy(&c->imu);
+    pthread_cond_destroy(&c->turn);
     free(c);
     return TPU_OK;
 }

@@ -118,7 +118,9 @@ static tpu_status submit(tpu_comm_t c, tpu_coll_job *j, int dev, tpu_stream_t st
     cmd->u.coll.comm = c;
     cmd->u.coll.job = j;
     tpu_comm_inflight_add(c, 1);
+    tpu_coll_issue(c, j);
     s = tpu_stream_enqueue(stream, cmd, NULL); /* frees cmd on failure */
+    tpu_coll_issued(c, s == TPU_OK);
     if (s) {
         tpu_comm_inflight_add(c, -1);
         free(j->send_counts);
