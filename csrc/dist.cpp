@@ -21,6 +21,8 @@
 #include <ATen/ops/empty.h>
 #include <unistd.h>
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <random>
 #include "tpu_glue.h"
 
@@ -53,8 +55,13 @@ tpu_reduce_op to_reduce_op(const c10d::ReduceOp& op) {
 // Work of one call: complete in stream order (an event after it).
 class TpuWork : public c10d::Work {
  public:
-  TpuWork(int rank, c10d::OpType type, c10::DeviceIndex dev, std::vector<at::Tensor> outputs, bool host_wait)
-      : Work(rank, type), dev_(dev), stream_(current_stream(dev)), outputs_(std::move(outputs)), host_wait_(host_wait) {
+  TpuWork(int rank, c10d::OpType type, c10::DeviceIndex dev, std::vector<at::Tensor> outputs, bool host_wait,
+          tpu_stream_t stream = nullptr)
+      : Work(rank, type),
+        dev_(dev),
+        stream_(stream ? stream : current_stream(dev)),
+        outputs_(std::move(outputs)),
+        host_wait_(host_wait) {
     TPU_CHECK(tpu_event_create(false, &ev_));
     TPU_CHECK(tpu_event_record(ev_, stream_));
     std::vector<c10::Device> devs{c10::Device(c10::DeviceType::PrivateUse1, dev)};
@@ -116,16 +123,22 @@ class TpuBackend : public c10d::Backend {
       auto v = store->get("tpu_dist/key");
       key.assign(v.begin(), v.end());
     }
+    key_ = key;
     TPU_CHECK(tpu_comm_init_shm(key.c_str(), rank, size, std::max<int64_t>(timeout.count(), 1), &comm_));
   }
   ~TpuBackend() override { shutdown(); }
 
   const std::string getBackendName() const override { return "tpu_dist"; }
   void shutdown() override {
+    std::lock_guard<std::mutex> g(p2p_mu_);
+    for (auto& [k, e] : p2p_) tpu_comm_destroy(e.comm);
+    p2p_.clear();
     if (comm_) tpu_comm_destroy(comm_);
     comm_ = nullptr;
   }
   void abort() override {
+    std::lock_guard<std::mutex> g(p2p_mu_);
+    for (auto& [k, e] : p2p_) tpu_comm_abort(e.comm, "ProcessGroup abort()");
     if (comm_) tpu_comm_abort(comm_, "ProcessGroup abort()");
   }
   void setSequenceNumberForGroup() override {}
@@ -389,14 +402,22 @@ class TpuBackend : public c10d::Backend {
     return c10::make_intrusive<TpuWork>(getRank(), c10d::OpType::BARRIER, dev, std::vector<at::Tensor>{}, true);
   }
 
-  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>&, int, int) override {
-    TORCH_CHECK_NOT_IMPLEMENTED(false, "tpu_dist: send / recv (point-to-point) are not implemented yet");
+  // Point-to-point. Each direction between two ranks has its own 2-rank
+  // communicator, opened on first use (tpu_comm_open_shm: the lower rank
+  // never waits to open, so ranks opening pairs in any order cannot
+  // deadlock), and its own stream per chip, which starts after the work
+  // queued so far on the current stream: sends and recvs to one peer pair
+  // up in issue order, and an exchange (both ranks send, then both recv)
+  // runs both directions at once. Tags are not matched (ignored), as
+  // NCCL's; a recv from any source is not supported.
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& ts, int dst, int) override {
+    return p2p_op(one(ts, "send"), dst, true);
   }
-  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>&, int, int) override {
-    TORCH_CHECK_NOT_IMPLEMENTED(false, "tpu_dist: send / recv (point-to-point) are not implemented yet");
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& ts, int src, int) override {
+    return p2p_op(one(ts, "recv"), src, false);
   }
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>&, int) override {
-    TORCH_CHECK_NOT_IMPLEMENTED(false, "tpu_dist: send / recv (point-to-point) are not implemented yet");
+    TORCH_CHECK_NOT_IMPLEMENTED(false, "tpu_dist: recv without a source (from any rank) is not supported; pass src=");
   }
 
  private:
@@ -441,8 +462,67 @@ class TpuBackend : public c10d::Backend {
     return c10::make_intrusive<TpuWork>(getRank(), type, like.device().index(), std::move(outs), false);
   }
 
+  struct Pair {  // one direction between this rank and a peer
+    tpu_comm_t comm = nullptr;
+    std::map<c10::DeviceIndex, tpu_stream_t> streams;
+  };
+
+  c10::intrusive_ptr<c10d::Work> p2p_op(const at::Tensor& t, int peer, bool sending) {
+    const char* what = sending ? "send" : "recv";
+    TORCH_CHECK_VALUE(peer >= 0 && peer < getSize(), what, ": invalid ", sending ? "destination" : "source", " rank ",
+                      peer, " (world size ", getSize(), ")");
+    TORCH_CHECK_VALUE(peer != getRank(), what, ": Invalid ", sending ? "destination" : "source",
+                      " rank: should not be the same as the rank of the current process.");
+    comm();  // not shut down
+    c10::DeviceIndex dev = t.device().index();
+    tpu_stream_t cur = current_stream(dev), s;
+    tpu_comm_t pc;
+    {
+      std::lock_guard<std::mutex> g(p2p_mu_);
+      Pair& e = p2p_[{peer, sending}];
+      if (!e.comm) {
+        int me = getRank(), src = sending ? me : peer, dst = sending ? peer : me;
+        std::string k = key_ + ".p" + std::to_string(src) + "-" + std::to_string(dst);
+        TPU_CHECK(tpu_comm_open_shm(k.c_str(), me < peer ? 0 : 1, 2, std::max<int64_t>(timeout_.count(), 1), &e.comm));
+      }
+      tpu_stream_t& st = e.streams[dev];
+      if (!st) TPU_CHECK(tpu_stream_create(dev, 0, &st));
+      s = st;
+      pc = e.comm;
+    }
+    at::Tensor buf = t.is_contiguous() ? t : (sending ? t.contiguous() : at::empty(t.sizes(), t.options()));
+    tpu_event_t ev;
+    TPU_CHECK(tpu_event_create(false, &ev));
+    tpu_status st = tpu_event_record(ev, cur);  // s starts after what cur has queued (buf's contents)
+    if (!st) st = tpu_stream_wait_event(s, ev);
+    tpu_event_destroy(ev);
+    TPU_CHECK(st);
+    auto d = desc(buf);
+    TPU_CHECK(sending ? tpu_send(pc, &d, s) : tpu_recv(pc, &d, s));
+    auto keep = [&](const at::Tensor& x) {  // s still uses x's memory if it is freed before s is done
+      if (void* p = x.storage().data_ptr().get()) TPU_CHECK(tpu_mem_record_stream(p, s));
+    };
+    keep(buf);
+    if (!buf.is_same(t)) {  // a strided recv: copy into place on s, still off the current stream
+      TPU_CHECK(tpu_stream_set_current(s));
+      try {
+        const_cast<at::Tensor&>(t).copy_(buf);
+      } catch (...) {
+        tpu_stream_set_current(cur);
+        throw;
+      }
+      TPU_CHECK(tpu_stream_set_current(cur));
+    }
+    if (!sending) keep(t);
+    return c10::make_intrusive<TpuWork>(getRank(), sending ? c10d::OpType::SEND : c10d::OpType::RECV, dev,
+                                        std::vector<at::Tensor>{t}, tpu_get_eager_mode() == TPU_EAGER_DEBUG, s);
+  }
+
   std::chrono::milliseconds timeout_;
+  std::string key_;
   tpu_comm_t comm_ = nullptr;
+  std::mutex p2p_mu_;
+  std::map<std::pair<int, bool>, Pair> p2p_;  // (peer, this rank sends)
 };
 
 }  // namespace

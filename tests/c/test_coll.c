@@ -1,7 +1,7 @@
 /* test_coll.c - the collectives (coll.h) against a reference computed here:
  * every collective x dtype x reduce op on 2 and 4 ranks of the local
  * transport (threads, one stream each), operands larger than a staging slot
- * (pieces), uneven all_to_all, the errors a rank finds alone (PyTorch's
+ * (pieces), uneven all_to_all, send/recv, the errors a rank finds alone (PyTorch's
  * wording) and those the ranks find together (mismatched collectives, a
  * timeout, a rank that left), and the shared-memory transport between
  * processes (this binary re-executed as ranks), including a rank that dies. */
@@ -13,6 +13,7 @@
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <time.h>
 
 extern char **environ;
 
@@ -417,6 +418,77 @@ static void order_rank(world *w, int rank) {
 
 static void test_issue_order_across_streams(void) { run_world(2, 5000, order_rank); }
 
+/* send/recv: each dtype one way, a pieced bf16 operand the other way, and a
+ * mismatched pair (two sends) that fails on both ranks naming it. */
+static int g_p2p_bad;
+
+static void p2p_rank(world *w, int rank) {
+    tpu_comm_t c = w->comm[rank];
+    tpu_stream_t s = w->stream[rank];
+    if (g_p2p_bad) {
+        dbuf a = dalloc(TPU_F32, 5);
+        float h[5] = {0};
+        dput(&a, h, s);
+        RCHECK(tpu_send(c, &a.t, s) == TPU_OK, "%s", tpu_last_error());
+        tpu_status st = tpu_stream_synchronize(s);
+        RCHECK(st == TPU_ERROR_KERNEL &&
+                   strstr(tpu_last_error(), "send/recv (call #1, float32, 5 elements, from rank") &&
+                   strstr(tpu_last_error(), "mismatched collectives"),
+               "%s", tpu_last_error());
+        dfree(&a);
+        return;
+    }
+    for (int k = 0; k < NDT; k++) {
+        tpu_dtype dt = DTYPES[k];
+        int64_t n = 1000 + k;
+        size_t es = tpu_dtype_size(dt);
+        char *h = malloc((size_t)n * es), *want = malloc((size_t)n * es);
+        dbuf b = dalloc(dt, n);
+        fill(want, dt, 0, n, k);
+        if (rank == 0) {
+            dput(&b, want, s);
+            RCHECK(tpu_send(c, &b.t, s) == TPU_OK, "%s", tpu_last_error());
+            RCHECK(tpu_stream_synchronize(s) == TPU_OK, "%s", tpu_last_error());
+        } else {
+            memset(h, 0, (size_t)n * es);
+            dput(&b, h, s);
+            RCHECK(tpu_recv(c, &b.t, s) == TPU_OK, "%s", tpu_last_error());
+            RCHECK(dget(h, &b, s) == TPU_OK, "%s", tpu_last_error());
+            RCHECK(memcmp(h, want, (size_t)n * es) == 0, "recv of %s differs", tpu_dtype_name(dt));
+        }
+        dfree(&b);
+        free(h);
+        free(want);
+    }
+    int64_t n = (int64_t)TPU_COMM_SLOT_BYTES + 777; /* bf16: two slots and a bit */
+    uint16_t *h = malloc((size_t)n * 2);
+    dbuf b = dalloc(TPU_BF16, n);
+    for (int64_t i = 0; i < n; i++) h[i] = rank == 1 ? (uint16_t)(i * 31 + 7) : 0;
+    dput(&b, h, s);
+    RCHECK((rank == 1 ? tpu_send(c, &b.t, s) : tpu_recv(c, &b.t, s)) == TPU_OK, "%s", tpu_last_error());
+    RCHECK(dget(h, &b, s) == TPU_OK, "%s", tpu_last_error());
+    int bad = 0;
+    for (int64_t i = 0; i < n; i++) bad += h[i] != (uint16_t)(i * 31 + 7);
+    RCHECK(bad == 0, "%d of %lld elements differ after a pieced send/recv", bad, (long long)n);
+    dfree(&b);
+    free(h);
+}
+
+static void test_send_recv(void) {
+    g_p2p_bad = 0;
+    run_world(2, 20000, p2p_rank);
+    g_p2p_bad = 1;
+    run_world(2, 5000, p2p_rank);
+    tpu_comm_t c[3];
+    CHECK_OK(tpu_comm_init_local(3, 1000, c));
+    dbuf a = dalloc(TPU_F32, 4);
+    CHECK(tpu_send(c[0], &a.t, NULL) == TPU_ERROR_INVALID_VALUE);
+    CHECK(strstr(tpu_last_error(), "needs a communicator of 2 ranks") != NULL);
+    CHECK(tpu_comm_count(c[0]) == 0);
+    dfree(&a);
+    for (int r = 0; r < 3; r++) CHECK_OK(tpu_comm_destroy(c[r]));
+}
+
 /* --- errors a rank finds alone: at the call, PyTorch's wording, nothing queued --- */
 
 static void test_argument_errors(void) {
@@ -535,9 +607,69 @@ static void test_peer_left(void) {
 
 /* --- the shared-memory transport: this binary re-executed as ranks --- */
 
+static int64_t mono_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* tpu_comm_open_shm: rank 0 returns at once, before rank 1 has come; the
+ * first collective joins. "lazy-absent": rank 1 never comes, and rank 0's
+ * first collective times out naming it, leaving no segment behind. */
+static int lazy_child(const char *key, int rank, const char *mode) {
+    bool absent = strcmp(mode, "lazy-absent") == 0;
+    if (rank == 1) {
+        if (absent) return 0;
+        struct timespec ts = {0, 300 * 1000000};
+        nanosleep(&ts, NULL); /* rank 0 must not be waiting for this */
+    }
+    tpu_comm_t c;
+    int64_t t0 = mono_ns();
+    if (tpu_comm_open_shm(key, rank, 2, absent ? 400 : 20000, &c)) {
+        fprintf(stderr, "rank %d: open: %s\n", rank, tpu_last_error());
+        return 2;
+    }
+    if (rank == 0 && mono_ns() - t0 > 200 * 1000000) {
+        fprintf(stderr, "rank 0: tpu_comm_open_shm waited %lld ms for rank 1\n",
+                (long long)((mono_ns() - t0) / 1000000));
+        return 3;
+    }
+    tpu_stream_t s = tpu_stream_default(0);
+    dbuf a = dalloc(TPU_F32, 5);
+    float h[5] = {1, 2, 3, 4, 5}, z[5] = {0};
+    dput(&a, rank == 0 ? h : z, s);
+    tpu_status st = rank == 0 ? tpu_send(c, &a.t, s) : tpu_recv(c, &a.t, s);
+    st = st ? st : tpu_stream_synchronize(s);
+    int rc = 0;
+    if (absent) {
+        if (st != TPU_ERROR_KERNEL || !strstr(tpu_last_error(), "timed out") ||
+            !strstr(tpu_last_error(), "send/recv") || !strstr(tpu_last_error(), "waiting for rank 1")) {
+            fprintf(stderr, "rank 0: expected a timeout naming send/recv and rank 1, got %s: %s\n", tpu_status_name(st),
+                    tpu_last_error());
+            rc = 4;
+        }
+    } else if (st) {
+        fprintf(stderr, "rank %d: send/recv: %s\n", rank, tpu_last_error());
+        rc = 5;
+    } else {
+        dget(z, &a, s);
+        if (memcmp(z, h, sizeof h)) rc = 6;
+    }
+    dfree(&a);
+    tpu_comm_destroy(c);
+    char path[160];
+    snprintf(path, sizeof path, "/dev/shm/torch_tpu.%s", key);
+    if (rank == 0 && access(path, F_OK) == 0) {
+        fprintf(stderr, "rank 0: %s outlived the communicator\n", path);
+        rc = 7;
+    }
+    return rc;
+}
+
 static int shm_child(const char *key, int rank, int nranks, const char *mode) {
     if (tpu_init()) return 1;
     tpu_comm_t c;
+    if (strncmp(mode, "lazy", 4) == 0) return lazy_child(key, rank, mode);
     if (tpu_comm_init_shm(key, rank, nranks, 20000, &c)) {
         fprintf(stderr, "rank %d: init: %s\n", rank, tpu_last_error());
         return 2;
@@ -606,6 +738,14 @@ static void test_shm_transport_between_processes(void) {
     for (int r = 0; r < 4; r++) CHECK_MSG(codes[r] == 0, "rank %d exit code %d", r, codes[r]);
 }
 
+static void test_shm_open_joins_at_first_collective(void) {
+    int codes[MAXR];
+    spawn_world(2, "lazy", codes);
+    CHECK_MSG(codes[0] == 0 && codes[1] == 0, "exit codes %d %d", codes[0], codes[1]);
+    spawn_world(2, "lazy-absent", codes);
+    CHECK_MSG(codes[0] == 0 && codes[1] == 0, "exit codes %d %d", codes[0], codes[1]);
+}
+
 static void test_shm_dead_rank_fails_fast(void) {
     int codes[MAXR];
     spawn_world(2, "die", codes);
@@ -622,10 +762,12 @@ int main(int argc, char **argv) {
     RUN_TEST(test_pieces_larger_than_a_slot);
     RUN_TEST(test_all_to_all_uneven);
     RUN_TEST(test_issue_order_across_streams);
+    RUN_TEST(test_send_recv);
     RUN_TEST(test_mismatched_collectives_fail_on_every_rank);
     RUN_TEST(test_timeout_names_the_collective_and_rank);
     RUN_TEST(test_peer_left);
     RUN_TEST(test_shm_transport_between_processes);
+    RUN_TEST(test_shm_open_joins_at_first_collective);
     RUN_TEST(test_shm_dead_rank_fails_fast);
     return TEST_SUMMARY();
 }

@@ -2,7 +2,8 @@
 against a CPU oracle (dtypes x reduce ops, list and tensor forms, uneven
 all_to_all, non-contiguous tensors), the three ways of naming the backend,
 errors in PyTorch's words, a killed rank and mismatched collectives (every
-rank raises, none hangs), and DDP training equal to single-process training.
+rank raises, none hangs), send / recv (rings, exchanges, batch_isend_irecv,
+subgroups), and DDP training equal to single-process training.
 
 Each case runs as a world of processes (torch.multiprocessing's spawn), in the
 eager mode of the fixture; a rank reports "ok" or its traceback.
@@ -218,8 +219,12 @@ def case_errors(rank, world):
         dist.all_reduce(torch.ones(3))
     with pytest.raises(ValueError, match="Split sizes doesn't match total dim 0 size"):
         dist.all_to_all_single(torch.empty(4, device=dev), torch.empty(4, device=dev), [1] * world, [3] * world)
-    with pytest.raises(NotImplementedError, match="send / recv"):
-        dist.send(torch.ones(2, device=dev), dst=(rank + 1) % world)
+    with pytest.raises(NotImplementedError, match="recv without a source"):
+        dist.recv(torch.ones(2, device=dev))
+    with pytest.raises(ValueError, match="should not be the same as the rank of the current process"):
+        dist.send(torch.ones(2, device=dev), dst=rank)
+    with pytest.raises(RuntimeError, match="No backend type associated with device type cpu"):
+        dist.send(torch.ones(2), dst=(rank + 1) % world)
     # nothing reached the other ranks: the group still works
     t = torch.ones(3, device=dev)
     dist.all_reduce(t)
@@ -257,6 +262,81 @@ def case_mismatch(rank, world):
         dist.all_reduce(t)
         t.cpu()
     dist.destroy_process_group()
+
+
+def case_send_recv(rank, world):
+    dev = torch.device("tpu")
+    nxt, prv = (rank + 1) % world, (rank - 1) % world
+    # a ring both ways at once, through batch_isend_irecv, in several dtypes
+    for dt in (torch.float32, torch.bfloat16, torch.int64, torch.bool, torch.float16):
+        a, b = _value(rank, 29, dt).to(dev), _value(rank, 29, dt, salt=7).to(dev)
+        ra, rb = torch.empty(29, dtype=dt, device=dev), torch.empty(29, dtype=dt, device=dev)
+        ops = [dist.P2POp(dist.isend, a, nxt), dist.P2POp(dist.irecv, ra, prv),
+               dist.P2POp(dist.isend, b, prv), dist.P2POp(dist.irecv, rb, nxt)]
+        for w in dist.batch_isend_irecv(ops):
+            w.wait()
+        _eq(ra, _value(prv, 29, dt), f"ring forward {dt}")
+        _eq(rb, _value(nxt, 29, dt, salt=7), f"ring backward {dt}")
+    # an exchange: both ranks of a pair send first, then receive (blocking calls)
+    peer = rank ^ 1
+    if peer < world:
+        x = torch.arange(6, dtype=torch.float32, device=dev) + 10 * rank
+        y = torch.empty(6, device=dev)
+        wx = dist.isend(x, peer)
+        dist.recv(y, peer)
+        wx.wait()
+        assert (y * 2).cpu().tolist() == [2.0 * (v + 10 * peer) for v in range(6)]  # usable after recv, in order
+        # blocking send / recv, in the other order on each side; messages to one peer arrive in order
+        sizes = [1, 5, 3_000_000, 0, 7]  # 12 MB: larger than a staging slot
+        if rank % 2 == 0:
+            for i, n in enumerate(sizes):
+                dist.send(torch.full((n,), float(i + 1), device=dev), peer)
+        else:
+            for i, n in enumerate(sizes):
+                got = torch.empty(n, device=dev)
+                dist.recv(got, peer)
+                assert n == 0 or (got.min().item(), got.max().item()) == (float(i + 1), float(i + 1)), (i, n)
+        # non-contiguous send and recv
+        src = torch.arange(24, dtype=torch.float32).reshape(4, 6)
+        if rank % 2 == 0:
+            dist.send(src.to(dev).t(), peer)  # 6 x 4, strided
+        else:
+            dst = torch.zeros(4, 12, device=dev)[:, ::2].t()  # 6 x 4, strided, in a larger buffer
+            dist.recv(dst, peer)
+            _eq(dst, src.t().contiguous(), "strided recv")
+            assert dst._base is not None and float(dst._base.cpu()[:, 1::2].abs().sum()) == 0.0
+    # a subgroup: group ranks, not global ranks, name peers
+    if world == 4:
+        g = dist.new_group([1, 3])
+        if rank in (1, 3):
+            t = torch.full((3,), float(rank), device=dev)
+            r = torch.empty(3, device=dev)
+            other = 4 - rank
+            reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, t, other, group=g),
+                                           dist.P2POp(dist.irecv, r, other, group=g)])
+            for w in reqs:
+                w.wait()
+            assert r.cpu().tolist() == [float(other)] * 3
+    # the collectives still work beside the pairs
+    t = torch.ones(3, device=dev)
+    dist.all_reduce(t)
+    assert t.cpu().tolist() == [float(world)] * 3
+
+
+def case_send_recv_mismatch(rank, world):
+    dev = torch.device("tpu")
+    t = torch.ones(5 + rank, device=dev)  # 5 elements sent, 6 expected
+    with pytest.raises(RuntimeError, match="mismatched collectives.*send/recv"):
+        if rank == 0:
+            dist.send(t, 1)
+        else:
+            dist.recv(t, 0)
+        t.cpu()
+        torch.tpu.synchronize()
+    # the process group's collectives are not on that pair: they still work
+    u = torch.ones(2, device=dev)
+    dist.all_reduce(u)
+    assert u.cpu().tolist() == [2.0, 2.0]
 
 
 def _mlp():
@@ -391,6 +471,20 @@ def test_killed_rank_raises_on_the_others(eager_mode):
 @pytest.mark.mode_independent
 def test_mismatched_collectives_raise_on_every_rank(eager_mode):
     run_world(case_mismatch, 2, eager_mode)
+
+
+def test_send_recv_2_ranks(eager_mode):
+    run_world(case_send_recv, 2, eager_mode)
+
+
+@pytest.mark.mode_independent
+def test_send_recv_4_ranks(eager_mode):
+    run_world(case_send_recv, 4, eager_mode)
+
+
+@pytest.mark.mode_independent
+def test_send_recv_size_mismatch_raises_on_both(eager_mode):
+    run_world(case_send_recv_mismatch, 2, eager_mode)
 
 
 def test_ddp_equals_single_process(eager_mode):

@@ -74,6 +74,13 @@ typedef enum tpu_reduce_op {
  * so nothing is left behind when the ranks exit, however they exit.
  * `timeout_ms` (> 0) also bounds each wait inside a collective. */
 tpu_status tpu_comm_init_shm(const char *key, int rank, int nranks, int64_t timeout_ms, tpu_comm_t *out);
+/* As tpu_comm_init_shm, but returns without waiting for the other ranks:
+ * rank 0 does not wait at all (it creates the segment), the others wait only
+ * for it to appear. The first collective waits for everyone to have joined
+ * (bounded by `timeout_ms`, naming that collective and the missing rank).
+ * For communicators made on demand, where a blocking join could deadlock
+ * (rank a waits to join {a, b} while b waits to join {b, c}). */
+tpu_status tpu_comm_open_shm(const char *key, int rank, int nranks, int64_t timeout_ms, tpu_comm_t *out);
 /* Local communicator: `nranks` ranks in this process (one thread each);
  * out[r] is rank r's. They share one heap segment. */
 tpu_status tpu_comm_init_local(int nranks, int64_t timeout_ms, tpu_comm_t *out);
@@ -112,6 +119,17 @@ tpu_status tpu_scatter(tpu_comm_t c, const tpu_tensor *in, const tpu_tensor *out
  * out (consecutive chunks). Counts must agree between sender and receiver. */
 tpu_status tpu_all_to_all(tpu_comm_t c, const tpu_tensor *in, const int64_t *send_counts, const tpu_tensor *out,
                           const int64_t *recv_counts, tpu_stream_t stream);
+/* Point-to-point, on a communicator of exactly two ranks: a tpu_send on one
+ * rank pairs with a tpu_recv on the other, in issue order (no tags), and the
+ * sender's `in` lands in the receiver's `out` (the same dtype and element
+ * count, or both fail as mismatched collectives; two sends or two recvs
+ * also fail). A send runs when its recv does, as any collective: to send in
+ * both directions at once, use one communicator and one stream per
+ * direction (the tpu_dist backend does). Debug Eager does not wait for a
+ * send or recv at the call (an exchange would deadlock): synchronize the
+ * stream to see its error. */
+tpu_status tpu_send(tpu_comm_t c, const tpu_tensor *in, tpu_stream_t stream);
+tpu_status tpu_recv(tpu_comm_t c, const tpu_tensor *out, tpu_stream_t stream);
 /* Every rank reaches this point in `stream`'s order before any goes on. */
 tpu_status tpu_comm_barrier(tpu_comm_t c, int dev, tpu_stream_t stream);
 

@@ -200,8 +200,8 @@ static tpu_status check_descs(tpu_comm_t c, char *msg, size_t n) {
     coll_desc *all = c->ctrl->desc[(c->calls + 1) & 1];
     const coll_desc *me = &all[c->rank];
     bool reduces = me->kind == COLL_ALL_REDUCE || me->kind == COLL_REDUCE || me->kind == COLL_REDUCE_SCATTER;
-    bool rooted =
-        me->kind == COLL_BROADCAST || me->kind == COLL_REDUCE || me->kind == COLL_GATHER || me->kind == COLL_SCATTER;
+    bool rooted = me->kind == COLL_BROADCAST || me->kind == COLL_REDUCE || me->kind == COLL_GATHER ||
+                  me->kind == COLL_SCATTER || me->kind == COLL_SEND_RECV;
     for (int q = 0; q < c->nranks; q++) {
         const coll_desc *o = &all[q];
         bool same = o->call == me->call && o->kind == me->kind;
@@ -456,11 +456,15 @@ tpu_status tpu_coll_run(tpu_comm_t c, const tpu_coll_job *j, char *msg, size_t n
     }
     if (!st) {
         c->cur = j;
+        if (!c->joined) st = coll_join(c, msg, n);
+    }
+    if (!st) {
         write_desc(c, j);
         switch (j->kind) {
         case COLL_ALL_REDUCE: st = run_all_reduce(c, j, true, msg, n); break;
         case COLL_REDUCE: st = run_all_reduce(c, j, false, msg, n); break;
-        case COLL_BROADCAST: st = run_broadcast(c, j, msg, n); break;
+        case COLL_BROADCAST:
+        case COLL_SEND_RECV: st = run_broadcast(c, j, msg, n); break;
         case COLL_ALL_GATHER: st = run_gather(c, j, true, msg, n); break;
         case COLL_GATHER: st = run_gather(c, j, false, msg, n); break;
         case COLL_REDUCE_SCATTER: st = run_reduce_scatter(c, j, msg, n); break;
@@ -472,6 +476,8 @@ tpu_status tpu_coll_run(tpu_comm_t c, const tpu_coll_job *j, char *msg, size_t n
             break;
         }
         }
+    }
+    if (c->cur) {
         if (st) coll_break(c, msg);
         c->cur = NULL;
         c->calls++;

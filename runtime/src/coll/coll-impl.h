@@ -20,6 +20,7 @@ typedef enum coll_kind {
     COLL_SCATTER,
     COLL_ALL_TO_ALL,
     COLL_BARRIER,
+    COLL_SEND_RECV, /* a broadcast on two ranks from `root`, the sender */
     COLL_KIND_COUNT
 } coll_kind;
 
@@ -28,7 +29,7 @@ const char *tpu_coll_kind_name(int kind);
 /* One collective call of one rank, with host addresses (translated by the
  * caller). count: elements of `in` for all_reduce, broadcast (of buf = out),
  * reduce, all_gather, gather, reduce_scatter (nranks x the output), and of
- * `out` for scatter. */
+ * `out` for scatter. send/recv reads the sender's `out`, writes the receiver's. */
 typedef struct tpu_coll_job {
     coll_kind kind;
     tpu_reduce_op op;
@@ -102,13 +103,18 @@ struct tpu_comm {
     _Atomic int inflight;
     tpu_status err; /* sticky: the communicator is broken (emu) */
     char errmsg[512];
-    const tpu_coll_job *cur; /* the collective running (for messages) */
+    const tpu_coll_job *cur;     /* the collective running (for messages) */
+    bool joined;                 /* every rank has mapped the segment (tpu_comm_open_shm: after the first collective) */
+    char name[TPU_COMM_KEY_MAX]; /* rank 0 of an unjoined shm communicator: the segment's name, to unlink */
 };
 
 static inline char *coll_slot(tpu_comm_t c, int r) { return c->slots + (size_t)r * c->ctrl->slot_bytes; }
 /* Every rank reaches this step: publish ours, wait for the others (timeout,
  * dead peers, another rank's failure). */
 tpu_status coll_step(tpu_comm_t c, char *msg, size_t n);
+/* The join step of a communicator opened with tpu_comm_open_shm, taken by
+ * its first collective (then rank 0 removes the segment's name). */
+tpu_status coll_join(tpu_comm_t c, char *msg, size_t n);
 /* Break the communicator (locally and for every rank) with msg. */
 void coll_break(tpu_comm_t c, const char *msg);
 /* Describe the running collective ("all_reduce (call #3, float32, 1024 elements, op sum)"). */

@@ -6,7 +6,10 @@
  * one staging slot of TPU_COMM_SLOT_BYTES per rank. The shared-memory
  * transport maps a POSIX shared-memory object (rank 0 creates it, the others
  * open it as soon as it appears; once all have joined its name is unlinked,
- * so no file outlives the ranks); the local transport puts the same segment
+ * so no file outlives the ranks; tpu_comm_open_shm defers that join to the
+ * first collective, so that opening never waits for a peer that has not
+ * reached its side yet - the lazily made point-to-point pairs of tpu_dist);
+ * the local transport puts the same segment
  * on the heap for ranks that are threads of this process. Nothing else
  * differs: the algorithms (algo.c) see a segment and a rank.
  *
@@ -71,8 +74,9 @@ static bool process_gone(int32_t pid) {
     return rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X');
 }
 
-static const char *const kind_names[COLL_KIND_COUNT] = {
-    "all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "gather", "scatter", "all_to_all", "barrier"};
+static const char *const kind_names[COLL_KIND_COUNT] = {"all_reduce",     "broadcast", "reduce",  "all_gather",
+                                                        "reduce_scatter", "gather",    "scatter", "all_to_all",
+                                                        "barrier",        "send/recv"};
 const char *tpu_coll_kind_name(int kind) { return (unsigned)kind < COLL_KIND_COUNT ? kind_names[kind] : "?"; }
 
 static const char *const op_names[TPU_REDUCE_OP_COUNT] = {"sum", "avg", "product", "min", "max", "band", "bor", "bxor"};
@@ -91,6 +95,7 @@ void coll_describe(const coll_desc *d, char *buf, size_t n) {
     bool rooted =
         d->kind == COLL_BROADCAST || d->kind == COLL_REDUCE || d->kind == COLL_GATHER || d->kind == COLL_SCATTER;
     if (rooted && (size_t)w < n) w += snprintf(buf + w, n - (size_t)w, ", root %d", d->root);
+    if (d->kind == COLL_SEND_RECV && (size_t)w < n) w += snprintf(buf + w, n - (size_t)w, ", from rank %d", d->root);
     if ((size_t)w < n) snprintf(buf + w, n - (size_t)w, ")");
 }
 
@@ -224,7 +229,7 @@ static void init_ctrl(coll_ctrl *k, int nranks) {
     atomic_store_explicit((_Atomic uint64_t *)&k->magic, COLL_MAGIC, memory_order_release);
 }
 
-tpu_status tpu_comm_init_shm(const char *key, int rank, int nranks, int64_t timeout_ms, tpu_comm_t *out) {
+static tpu_status shm_attach(const char *key, int rank, int nranks, int64_t timeout_ms, bool lazy, tpu_comm_t *out) {
     *out = NULL;
     tpu_status st = check_args(rank, nranks, timeout_ms);
     if (st) return st;
@@ -302,6 +307,11 @@ tpu_status tpu_comm_init_shm(const char *key, int rank, int nranks, int64_t time
     c->slots = (char *)p + ctrl_bytes();
     c->map_bytes = bytes;
     atomic_store(&k->pid[rank], (int32_t)getpid());
+    if (lazy) { /* the first collective takes the join step (coll_join) */
+        if (rank == 0) snprintf(c->name, sizeof c->name, "%s", name);
+        *out = c;
+        return TPU_OK;
+    }
     char msg[512];
     st = coll_step(c, msg, sizeof msg); /* everyone has mapped it */
     if (rank == 0) shm_unlink(name);
@@ -316,8 +326,25 @@ tpu_status tpu_comm_init_shm(const char *key, int rank, int nranks, int64_t time
         free(c);
         return st;
     }
+    c->joined = true;
     *out = c;
     return TPU_OK;
+}
+
+tpu_status tpu_comm_init_shm(const char *key, int rank, int nranks, int64_t timeout_ms, tpu_comm_t *out) {
+    return shm_attach(key, rank, nranks, timeout_ms, false, out);
+}
+
+tpu_status tpu_comm_open_shm(const char *key, int rank, int nranks, int64_t timeout_ms, tpu_comm_t *out) {
+    return shm_attach(key, rank, nranks, timeout_ms, true, out);
+}
+
+tpu_status coll_join(tpu_comm_t c, char *msg, size_t n) {
+    tpu_status st = coll_step(c, msg, n);
+    if (c->name[0]) shm_unlink(c->name); /* joined or failed: nobody else will open it */
+    c->name[0] = 0;
+    if (!st) c->joined = true;
+    return st;
 }
 
 tpu_status tpu_comm_init_local(int nranks, int64_t timeout_ms, tpu_comm_t *out) {
@@ -345,6 +372,7 @@ tpu_status tpu_comm_init_local(int nranks, int64_t timeout_ms, tpu_comm_t *out) 
         out[r]->slots = (char *)p + ctrl_bytes();
         out[r]->map_bytes = bytes;
         out[r]->local_refs = refs;
+        out[r]->joined = true;
         atomic_store(&((coll_ctrl *)p)->pid[r], 1);
     }
     return TPU_OK;
@@ -358,6 +386,7 @@ tpu_status tpu_comm_destroy(tpu_comm_t c) {
         struct timespec ts = {0, JOIN_POLL_NS};
         nanosleep(&ts, NULL);
     }
+    if (c->name[0]) shm_unlink(c->name); /* opened lazily, never joined */
     coll_ctrl *k = c->ctrl;
     atomic_store_explicit(&k->pid[c->rank], -1, memory_order_release);
     for (int q = 0; q < c->nranks; q++) futex_wake(&k->arrive[q].v);

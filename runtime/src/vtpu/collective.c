@@ -98,8 +98,9 @@ static tpu_status usable(const char *what, tpu_comm_t c) {
     return st;
 }
 
-/* Queue job j (owned) on `stream` (NULL: current stream of dev). */
-static tpu_status submit(tpu_comm_t c, tpu_coll_job *j, int dev, tpu_stream_t stream) {
+/* Queue job j (owned) on `stream` (NULL: current stream of dev); Debug
+ * Eager waits for it unless `nowait`. */
+static tpu_status submit_job(tpu_comm_t c, tpu_coll_job *j, int dev, tpu_stream_t stream, bool nowait) {
     tpu_status s = tpu_check_fork();
     if (!s && !stream) stream = tpu_stream_current(dev >= 0 ? dev : tpu_device_current());
     if (!s && !stream) s = tpu_set_error(TPU_ERROR_INVALID_DEVICE, "no stream for device %d", dev);
@@ -127,7 +128,11 @@ static tpu_status submit(tpu_comm_t c, tpu_coll_job *j, int dev, tpu_stream_t st
         free(j);
         return s;
     }
-    return tpu_get_eager_mode() == TPU_EAGER_DEBUG ? tpu_stream_synchronize(stream) : TPU_OK;
+    return !nowait && tpu_get_eager_mode() == TPU_EAGER_DEBUG ? tpu_stream_synchronize(stream) : TPU_OK;
+}
+
+static tpu_status submit(tpu_comm_t c, tpu_coll_job *j, int dev, tpu_stream_t stream) {
+    return submit_job(c, j, dev, stream, false);
 }
 
 tpu_status tpu_coll_cmd_run(tpu_cmd *cmd, char *full, size_t n) {
@@ -192,6 +197,35 @@ tpu_status tpu_broadcast(tpu_comm_t c, const tpu_tensor *buf, int root, tpu_stre
     NEW_JOB(COLL_BROADCAST, TPU_REDUCE_SUM, dt, root, ne[0]);
     j->out = h[0];
     return submit(c, j, dev, stream);
+}
+
+static tpu_status p2p(const char *what, tpu_comm_t c, const tpu_tensor *t, bool send, tpu_stream_t stream) {
+    tpu_status s = usable(what, c);
+    if (s) return s;
+    if (c->nranks != 2)
+        return tpu_set_error(TPU_ERROR_INVALID_VALUE, "%s: needs a communicator of 2 ranks (point-to-point), not %d",
+                             what, c->nranks);
+    if (!t) return tpu_set_error(TPU_ERROR_INVALID_VALUE, "%s: a tensor is required", what);
+    operand ops[1] = {{t, "tensor", !send}};
+    char *h[1];
+    int64_t ne[1];
+    int dev;
+    tpu_dtype dt;
+    if ((s = check_operands(what, ops, 1, h, ne, &dev, &dt))) return s;
+    NEW_JOB(COLL_SEND_RECV, TPU_REDUCE_SUM, dt, send ? c->rank : 1 - c->rank, ne[0]);
+    j->out = h[0];
+    /* not even Debug Eager waits here: a send waits for its recv, and two
+     * ranks exchanging (both send, then both recv) would wait forever; the
+     * caller waits where it can (tpu_dist: at Work.wait()) */
+    return submit_job(c, j, dev, stream, true);
+}
+
+tpu_status tpu_send(tpu_comm_t c, const tpu_tensor *in, tpu_stream_t stream) {
+    return p2p("send", c, in, true, stream);
+}
+
+tpu_status tpu_recv(tpu_comm_t c, const tpu_tensor *out, tpu_stream_t stream) {
+    return p2p("recv", c, out, false, stream);
 }
 
 tpu_status tpu_reduce(tpu_comm_t c, const tpu_tensor *in, const tpu_tensor *out, tpu_reduce_op op, int root,
