@@ -16,7 +16,7 @@ SAN     := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-om
 TSAN    := -O1 -g -fsanitize=thread
 C_TESTS := $(patsubst tests/c/%.c,%,$(wildcard tests/c/test_*.c))
 
-.PHONY: all setup build runtime ctest-bins ctest ctest-tsan pytest test run bench fuzz lint format-check format clean \
+.PHONY: all setup build runtime ctest-bins ctest ctest-tsan pytest test run run-dist bench bench-dist fuzz lint format-check format clean \
 	conformance-models conformance-ops ctest-serial
 
 all: build
@@ -129,9 +129,18 @@ ctest-serial:
 run: build
 	$(PY) examples/train_mlp.py
 
+# FSDP2 on 2 ranks (tpu_dist) vs one process: GPT-2-small-shaped layers, equal losses.
+run-dist: build
+	$(PY) examples/train_fsdp.py
+
 # Side-by-side benchmarks (PyTorch CPU eager, Inductor, tpu modes); rewrites the README table.
 bench: build
 	$(PY) -m torch_tpu.bench --update-readme $(BENCH_ARGS)
+	$(PY) -m torch_tpu.bench.dist --update-readme
+
+# Only the distributed rows (tpu_dist beside Gloo); rewrites their README table.
+bench-dist: build
+	$(PY) -m torch_tpu.bench.dist --update-readme
 
 clean:
 	rm -rf build torch_tpu/_C*.so

@@ -149,3 +149,20 @@ def test_readme_region_update(tmp_path):
     msgs = []
     assert not report.update_readme(readme, run, tmp_path, log=msgs.append)
     assert readme.read_text() == "no markers\n" and "warning" in msgs[0]
+
+
+def test_distributed_bench_quick():
+    """python -m torch_tpu.bench.dist --quick: both backends on 2 ranks, every size, the DDP rows; it
+    writes nothing (no JSON, no README change) in quick mode."""
+    readme = ROOT / "README.md"
+    before = readme.read_bytes()
+    proc = subprocess.run([sys.executable, "-m", "torch_tpu.bench.dist", "--quick", "--update-readme"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = [ln for ln in proc.stdout.splitlines() if ln.startswith("| ") and (" KB |" in ln or " MB |" in ln)]
+    assert [r.split("|")[1].strip() for r in rows] == ["1 KB", "64 KB", "1 MB"], proc.stdout
+    for r in rows:
+        cells = [c.strip() for c in r.strip("|").split("|")]
+        assert len(cells) == 9 and all(float(c) > 0 for c in (cells[1], cells[2], cells[5], cells[6])), r
+    assert "DDP training step" in proc.stdout and "2 ranks on the same cores" in proc.stdout
+    assert readme.read_bytes() == before
