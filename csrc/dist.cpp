@@ -12,15 +12,18 @@
 // collectives) is raised by the next synchronizing call on that stream.
 //
 // The ranks find each other through the process group's store: rank 0 picks
-// a key for the shared segment and publishes it. All ranks must be on one
-// host (shared memory); across hosts the backend raises (not implemented yet).
+// a key for the shared segment and publishes it. When the ranks are on more
+// than one host, torch_tpu/_dist.py passes a Gloo process group instead and
+// every call moves host copies through it (synchronous, TCP: correct, not
+// fast; Gloo's own errors and timeouts apply, without our mismatch checks).
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/utils/pybind.h>
 #include <ATen/core/ivalue.h>
+#include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
+#include <functional>
 #include <unistd.h>
-#include <fstream>
 #include <map>
 #include <mutex>
 #include <random>
@@ -90,30 +93,41 @@ class TpuWork : public c10d::Work {
   c10::intrusive_ptr<at::ivalue::Future> future_;
 };
 
-std::string host_identity() {
-  if (const char* h = std::getenv("TORCH_TPU_DIST_HOST"); h && *h) return h;  // tests: pretend to be elsewhere
-  char name[256] = {0};
-  gethostname(name, sizeof name - 1);
-  std::ifstream f("/proc/sys/kernel/random/boot_id");
-  std::string boot;
-  std::getline(f, boot);
-  return std::string(name) + "/" + boot;
-}
+// Work of a send / recv over Gloo (ranks on different hosts): Gloo's work on a
+// host copy; a recv's wait() copies it into the tpu tensor.
+class HostWork : public c10d::Work {
+ public:
+  HostWork(int rank, c10d::OpType type, c10::intrusive_ptr<c10d::Work> inner, at::Tensor host, at::Tensor dst)
+      : Work(rank, type), inner_(std::move(inner)), host_(std::move(host)), dst_(std::move(dst)) {}
+  bool isCompleted() override { return inner_->isCompleted(); }
+  bool isSuccess() const override { return inner_->isSuccess(); }
+  bool wait(std::chrono::milliseconds timeout) override {
+    inner_->wait(timeout);
+    if (dst_.defined() && !copied_) {
+      dst_.copy_(host_.to(dst_.scalar_type()).view(dst_.sizes()));
+      copied_ = true;
+    }
+    return true;
+  }
+  void synchronize() override { wait(std::chrono::milliseconds(0)); }
+  std::vector<at::Tensor> result() override { return {dst_.defined() ? dst_ : host_}; }
+
+ private:
+  c10::intrusive_ptr<c10d::Work> inner_;
+  at::Tensor host_, dst_;
+  bool copied_ = false;
+};
 
 class TpuBackend : public c10d::Backend {
  public:
-  TpuBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, std::chrono::milliseconds timeout)
-      : Backend(rank, size), timeout_(timeout) {
+  // `gloo`: the ranks are on more than one host (torch_tpu/_dist.py found out through the store), and
+  // that Gloo process group moves the data; otherwise the runtime's shared-memory communicator does.
+  TpuBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, std::chrono::milliseconds timeout,
+             c10::intrusive_ptr<c10d::Backend> gloo)
+      : Backend(rank, size), timeout_(timeout), gloo_(std::move(gloo)) {
+    if (gloo_) return;
     TORCH_CHECK_VALUE(size <= TPU_COMM_MAX_RANKS, "tpu_dist supports at most ", TPU_COMM_MAX_RANKS,
                       " ranks on one host, not ", size);
-    std::string host = host_identity();
-    store->set("tpu_dist/host/" + std::to_string(rank), std::vector<uint8_t>(host.begin(), host.end()));
-    for (int r = 0; r < size; r++) {
-      auto v = store->get("tpu_dist/host/" + std::to_string(r));
-      TORCH_CHECK_NOT_IMPLEMENTED(std::string(v.begin(), v.end()) == host, "tpu_dist: rank ", r,
-                                  " is on another host; ranks across hosts are not supported yet (all ranks of a "
-                                  "tpu_dist group must share one host)");
-    }
     std::string key;
     if (rank == 0) {
       std::random_device rd;
@@ -135,21 +149,20 @@ class TpuBackend : public c10d::Backend {
     p2p_.clear();
     if (comm_) tpu_comm_destroy(comm_);
     comm_ = nullptr;
+    if (gloo_) gloo_->shutdown();
   }
   void abort() override {
     std::lock_guard<std::mutex> g(p2p_mu_);
     for (auto& [k, e] : p2p_) tpu_comm_abort(e.comm, "ProcessGroup abort()");
     if (comm_) tpu_comm_abort(comm_, "ProcessGroup abort()");
+    if (gloo_) gloo_->abort();
   }
   void setSequenceNumberForGroup() override {}
   uint64_t getSequenceNumberForGroup() override { return tpu_comm_count(comm_); }
 
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& ts, const c10d::AllreduceOptions& o) override {
     auto t = one(ts, "allreduce");
-    dense_inplace(t, [&](const at::Tensor& x) {
-      auto d = desc(x);
-      TPU_CHECK(tpu_all_reduce(comm(), &d, &d, to_reduce_op(o.reduceOp), nullptr));
-    });
+    dense_inplace(t, [&](const at::Tensor& x) { x_all_reduce(x, o.reduceOp); });
     return work(c10d::OpType::ALLREDUCE, t, {t});
   }
 
@@ -158,10 +171,7 @@ class TpuBackend : public c10d::Backend {
     TORCH_CHECK_VALUE(!ts.empty(), "allreduce_coalesced: requires at least one tensor");
     for (auto& t : ts) {
       check_tensor(t, "allreduce_coalesced");
-      dense_inplace(t, [&](const at::Tensor& x) {
-        auto d = desc(x);
-        TPU_CHECK(tpu_all_reduce(comm(), &d, &d, to_reduce_op(o.reduceOp), nullptr));
-      });
+      dense_inplace(t, [&](const at::Tensor& x) { x_all_reduce(x, o.reduceOp); });
     }
     return work(c10d::OpType::ALLREDUCE_COALESCED, ts[0], ts);
   }
@@ -169,20 +179,14 @@ class TpuBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& ts, const c10d::BroadcastOptions& o) override {
     auto t = one(ts, "broadcast");
     check_root(o.rootRank);
-    dense_inplace(t, [&](const at::Tensor& x) {
-      auto d = desc(x);
-      TPU_CHECK(tpu_broadcast(comm(), &d, static_cast<int>(o.rootRank), nullptr));
-    });
+    dense_inplace(t, [&](const at::Tensor& x) { x_broadcast(x, static_cast<int>(o.rootRank)); });
     return work(c10d::OpType::BROADCAST, t, {t});
   }
 
   c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& ts, const c10d::ReduceOptions& o) override {
     auto t = one(ts, "reduce");
     check_root(o.rootRank);
-    dense_inplace(t, [&](const at::Tensor& x) {
-      auto d = desc(x);
-      TPU_CHECK(tpu_reduce(comm(), &d, &d, to_reduce_op(o.reduceOp), static_cast<int>(o.rootRank), nullptr));
-    });
+    dense_inplace(t, [&](const at::Tensor& x) { x_reduce(x, o.reduceOp, static_cast<int>(o.rootRank)); });
     return work(c10d::OpType::REDUCE, t, {t});
   }
 
@@ -194,9 +198,7 @@ class TpuBackend : public c10d::Backend {
     TORCH_CHECK_VALUE(out.numel() == in.numel() * getSize(),
                       "output tensor size must be equal to world_size times input tensor size");
     TORCH_CHECK_VALUE(out.is_contiguous(), "Tensors must be contiguous");
-    auto src = in.contiguous();
-    auto di = desc(src), dout = desc(out);
-    TPU_CHECK(tpu_all_gather(comm(), &di, &dout, nullptr));
+    x_all_gather(in.contiguous(), out);
     return work(c10d::OpType::_ALLGATHER_BASE, out, {out});
   }
 
@@ -222,9 +224,7 @@ class TpuBackend : public c10d::Backend {
       TORCH_CHECK_VALUE(t.numel() == in.numel(), "allgather: every output tensor must have the input's size");
     }
     auto flat = at::empty({in.numel() * getSize()}, in.options());
-    auto src = in.contiguous();
-    auto di = desc(src), dout = desc(flat);
-    TPU_CHECK(tpu_all_gather(comm(), &di, &dout, nullptr));
+    x_all_gather(in.contiguous(), flat);
     for (int r = 0; r < getSize(); r++) list[r].copy_(flat.narrow(0, r * in.numel(), in.numel()).view(list[r].sizes()));
     return work(c10d::OpType::ALLGATHER, in, list);
   }
@@ -245,15 +245,9 @@ class TpuBackend : public c10d::Backend {
     } else {
       TORCH_CHECK_VALUE(outs.empty() || outs[0].empty(), "gather: Requires empty output on non-root");
     }
-    auto src = in.contiguous();
-    auto di = desc(src);
     at::Tensor flat;
-    tpu_tensor dout{};
-    if (root) {
-      flat = at::empty({in.numel() * getSize()}, in.options());
-      dout = desc(flat);
-    }
-    TPU_CHECK(tpu_gather(comm(), &di, root ? &dout : nullptr, static_cast<int>(o.rootRank), nullptr));
+    if (root) flat = at::empty({in.numel() * getSize()}, in.options());
+    x_gather(in.contiguous(), flat, static_cast<int>(o.rootRank));
     std::vector<at::Tensor> res;
     if (root) {
       for (int r = 0; r < getSize(); r++)
@@ -269,7 +263,6 @@ class TpuBackend : public c10d::Backend {
     check_root(o.rootRank);
     bool root = getRank() == o.rootRank;
     at::Tensor flat;
-    tpu_tensor din{};
     if (root) {
       TORCH_CHECK_VALUE(ins.size() == 1 && static_cast<int>(ins[0].size()) == getSize(),
                         "scatter: requires a list of world size (", getSize(), ") input tensors on the root");
@@ -280,14 +273,10 @@ class TpuBackend : public c10d::Backend {
       }
       flat = at::empty({out.numel() * getSize()}, out.options());
       for (int r = 0; r < getSize(); r++) flat.narrow(0, r * out.numel(), out.numel()).copy_(ins[0][r].reshape(-1));
-      din = desc(flat);
     } else {
       TORCH_CHECK_VALUE(ins.empty() || ins[0].empty(), "scatter: Requires empty input on non-root");
     }
-    dense_inplace(out, [&](const at::Tensor& x) {
-      auto dout = desc(x);
-      TPU_CHECK(tpu_scatter(comm(), root ? &din : nullptr, &dout, static_cast<int>(o.rootRank), nullptr));
-    });
+    dense_inplace(out, [&](const at::Tensor& x) { x_scatter(flat, x, static_cast<int>(o.rootRank)); });
     return work(c10d::OpType::SCATTER, out, {out});
   }
 
@@ -299,10 +288,7 @@ class TpuBackend : public c10d::Backend {
     TORCH_CHECK_VALUE(in.numel() == out.numel() * getSize(),
                       "input tensor must be the same size as output size times world size");
     auto src = in.contiguous();
-    dense_inplace(out, [&](const at::Tensor& x) {
-      auto di = desc(src), dout = desc(x);
-      TPU_CHECK(tpu_reduce_scatter(comm(), &di, &dout, to_reduce_op(o.reduceOp), nullptr));
-    });
+    dense_inplace(out, [&](const at::Tensor& x) { x_reduce_scatter(src, x, o.reduceOp); });
     return work(c10d::OpType::_REDUCE_SCATTER_BASE, out, {out});
   }
 
@@ -328,10 +314,7 @@ class TpuBackend : public c10d::Backend {
     }
     auto flat = at::empty({out.numel() * getSize()}, out.options());
     for (int r = 0; r < getSize(); r++) flat.narrow(0, r * out.numel(), out.numel()).copy_(ins[0][r].reshape(-1));
-    dense_inplace(out, [&](const at::Tensor& x) {
-      auto di = desc(flat), dout = desc(x);
-      TPU_CHECK(tpu_reduce_scatter(comm(), &di, &dout, to_reduce_op(o.reduceOp), nullptr));
-    });
+    dense_inplace(out, [&](const at::Tensor& x) { x_reduce_scatter(flat, x, o.reduceOp); });
     return work(c10d::OpType::REDUCE_SCATTER, out, {out});
   }
 
@@ -361,10 +344,7 @@ class TpuBackend : public c10d::Backend {
     counts(in, in_splits, sc);
     counts(out, out_splits, rc);
     auto src = in.contiguous();
-    dense_inplace(out, [&](const at::Tensor& x) {
-      auto di = desc(src), dout = desc(x);
-      TPU_CHECK(tpu_all_to_all(comm(), &di, sc.data(), &dout, rc.data(), nullptr));
-    });
+    dense_inplace(out, [&](const at::Tensor& x) { x_all_to_all(src, sc, x, rc); });
     return work(c10d::OpType::ALLTOALL_BASE, out, {out});
   }
 
@@ -388,8 +368,7 @@ class TpuBackend : public c10d::Backend {
     auto fin = at::empty({ts}, ins[0].options()), fout = at::empty({tr}, ins[0].options());
     for (int64_t r = 0, o = 0; r < P; o += sc[r], r++)
       if (sc[r]) fin.narrow(0, o, sc[r]).copy_(ins[r].reshape(-1));
-    auto di = desc(fin), dout = desc(fout);
-    TPU_CHECK(tpu_all_to_all(comm(), &di, sc.data(), &dout, rc.data(), nullptr));
+    x_all_to_all(fin, sc, fout, rc);
     for (int64_t r = 0, o = 0; r < P; o += rc[r], r++)
       if (rc[r]) outs[r].copy_(fout.narrow(0, o, rc[r]).view(outs[r].sizes()));
     return work(c10d::OpType::ALLTOALL, outs[0], outs);
@@ -398,7 +377,11 @@ class TpuBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& o) override {
     c10::DeviceIndex dev = o.device_ids.empty() ? static_cast<c10::DeviceIndex>(tpu_device_current())
                                                 : static_cast<c10::DeviceIndex>(o.device_ids[0]);
-    TPU_CHECK(tpu_comm_barrier(comm(), dev, current_stream(dev)));
+    if (gloo_) {
+      gloo_->barrier(const_cast<c10d::BarrierOptions&>(o))->wait();
+    } else {
+      TPU_CHECK(tpu_comm_barrier(comm(), dev, current_stream(dev)));
+    }
     return c10::make_intrusive<TpuWork>(getRank(), c10d::OpType::BARRIER, dev, std::vector<at::Tensor>{}, true);
   }
 
@@ -410,11 +393,11 @@ class TpuBackend : public c10d::Backend {
   // up in issue order, and an exchange (both ranks send, then both recv)
   // runs both directions at once. Tags are not matched (ignored), as
   // NCCL's; a recv from any source is not supported.
-  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& ts, int dst, int) override {
-    return p2p_op(one(ts, "send"), dst, true);
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& ts, int dst, int tag) override {
+    return p2p_op(one(ts, "send"), dst, true, tag);
   }
-  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& ts, int src, int) override {
-    return p2p_op(one(ts, "recv"), src, false);
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& ts, int src, int tag) override {
+    return p2p_op(one(ts, "recv"), src, false, tag);
   }
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>&, int) override {
     TORCH_CHECK_NOT_IMPLEMENTED(false, "tpu_dist: recv without a source (from any rank) is not supported; pass src=");
@@ -462,17 +445,168 @@ class TpuBackend : public c10d::Backend {
     return c10::make_intrusive<TpuWork>(getRank(), type, like.device().index(), std::move(outs), false);
   }
 
+  // --- the transport of each collective: the runtime's communicator or, across hosts, Gloo. Over Gloo a
+  // tpu tensor is staged in host memory (the copy out waits for the current stream) and the call returns
+  // once Gloo is done: correct, not fast (the runtime has no network of its own). ---
+  static c10::ScalarType wire(c10::ScalarType t) { return t == at::kShort ? at::kInt : t; }  // Gloo lacks int16
+  static at::Tensor host(const at::Tensor& t) { return t.to(at::kCPU).to(wire(t.scalar_type())); }
+  static void put(const at::Tensor& dst, const at::Tensor& h) {
+    const_cast<at::Tensor&>(dst).copy_(h.to(dst.scalar_type()).view(dst.sizes()));
+  }
+  void gloo_sum_or(const c10d::ReduceOp& op, at::Tensor& h, bool mine, const std::function<void(c10d::ReduceOp)>& f) {
+    bool avg = op.op_ == c10d::ReduceOp::AVG;  // Gloo has no AVG: a sum, divided here
+    f(avg ? c10d::ReduceOp(c10d::ReduceOp::SUM) : op);
+    if (avg && mine) {
+      if (at::isFloatingType(h.scalar_type()))
+        h.div_(getSize());
+      else
+        h.div_(getSize(), "trunc");
+    }
+  }
+  void x_all_reduce(const at::Tensor& x, const c10d::ReduceOp& op) {
+    tpu_reduce_op rop = to_reduce_op(op);
+    if (!gloo_) {
+      auto d = desc(x);
+      TPU_CHECK(tpu_all_reduce(comm(), &d, &d, rop, nullptr));
+      return;
+    }
+    std::vector<at::Tensor> h{host(x)};
+    gloo_sum_or(op, h[0], true, [&](c10d::ReduceOp o) {
+      c10d::AllreduceOptions opts;
+      opts.reduceOp = o;
+      gloo_->allreduce(h, opts)->wait();
+    });
+    put(x, h[0]);
+  }
+  void x_broadcast(const at::Tensor& x, int root) {
+    if (!gloo_) {
+      auto d = desc(x);
+      TPU_CHECK(tpu_broadcast(comm(), &d, root, nullptr));
+      return;
+    }
+    std::vector<at::Tensor> h{host(x)};
+    c10d::BroadcastOptions opts;
+    opts.rootRank = root;
+    gloo_->broadcast(h, opts)->wait();
+    if (getRank() != root) put(x, h[0]);
+  }
+  void x_reduce(const at::Tensor& x, const c10d::ReduceOp& op, int root) {
+    tpu_reduce_op rop = to_reduce_op(op);
+    if (!gloo_) {
+      auto d = desc(x);
+      TPU_CHECK(tpu_reduce(comm(), &d, &d, rop, root, nullptr));
+      return;
+    }
+    std::vector<at::Tensor> h{host(x)};
+    gloo_sum_or(op, h[0], getRank() == root, [&](c10d::ReduceOp o) {
+      c10d::ReduceOptions opts;
+      opts.reduceOp = o;
+      opts.rootRank = root;
+      gloo_->reduce(h, opts)->wait();
+    });
+    if (getRank() == root) put(x, h[0]);
+  }
+  std::vector<at::Tensor> host_chunks(const at::Tensor& like, int64_t n) {
+    std::vector<at::Tensor> v;
+    for (int r = 0; r < getSize(); r++)
+      v.push_back(at::empty({n}, like.options().device(at::kCPU).dtype(wire(like.scalar_type()))));
+    return v;
+  }
+  void x_all_gather(const at::Tensor& src, const at::Tensor& out) {
+    if (!gloo_) {
+      auto di = desc(src), dout = desc(out);
+      TPU_CHECK(tpu_all_gather(comm(), &di, &dout, nullptr));
+      return;
+    }
+    std::vector<at::Tensor> in{host(src).reshape(-1)};
+    std::vector<std::vector<at::Tensor>> outs{host_chunks(src, src.numel())};
+    gloo_->allgather(outs, in)->wait();
+    put(out, at::cat(outs[0]));
+  }
+  void x_gather(const at::Tensor& src, const at::Tensor& flat, int root) {  // flat: defined on the root
+    if (!gloo_) {
+      auto di = desc(src);
+      tpu_tensor dout{};
+      if (flat.defined()) dout = desc(flat);
+      TPU_CHECK(tpu_gather(comm(), &di, flat.defined() ? &dout : nullptr, root, nullptr));
+      return;
+    }
+    std::vector<at::Tensor> in{host(src).reshape(-1)};
+    std::vector<std::vector<at::Tensor>> outs;
+    if (getRank() == root) outs.push_back(host_chunks(src, src.numel()));
+    c10d::GatherOptions opts;
+    opts.rootRank = root;
+    gloo_->gather(outs, in, opts)->wait();
+    if (getRank() == root) put(flat, at::cat(outs[0]));
+  }
+  void x_scatter(const at::Tensor& flat, const at::Tensor& out, int root) {  // flat: defined on the root
+    if (!gloo_) {
+      tpu_tensor din{}, dout = desc(out);
+      if (flat.defined()) din = desc(flat);
+      TPU_CHECK(tpu_scatter(comm(), flat.defined() ? &din : nullptr, &dout, root, nullptr));
+      return;
+    }
+    std::vector<at::Tensor> outs{
+        at::empty({out.numel()}, out.options().device(at::kCPU).dtype(wire(out.scalar_type())))};
+    std::vector<std::vector<at::Tensor>> ins;
+    if (getRank() == root) {
+      auto h = host(flat);
+      ins.emplace_back();
+      for (int r = 0; r < getSize(); r++) ins[0].push_back(h.narrow(0, r * out.numel(), out.numel()).contiguous());
+    }
+    c10d::ScatterOptions opts;
+    opts.rootRank = root;
+    gloo_->scatter(outs, ins, opts)->wait();
+    put(out, outs[0]);
+  }
+  void x_reduce_scatter(const at::Tensor& src, const at::Tensor& out, const c10d::ReduceOp& op) {
+    tpu_reduce_op rop = to_reduce_op(op);
+    if (!gloo_) {
+      auto di = desc(src), dout = desc(out);
+      TPU_CHECK(tpu_reduce_scatter(comm(), &di, &dout, rop, nullptr));
+      return;
+    }
+    std::vector<at::Tensor> h{host(src).reshape(-1)};  // an all_reduce, of which this rank keeps its chunk
+    gloo_sum_or(op, h[0], true, [&](c10d::ReduceOp o) {
+      c10d::AllreduceOptions opts;
+      opts.reduceOp = o;
+      gloo_->allreduce(h, opts)->wait();
+    });
+    put(out, h[0].narrow(0, getRank() * out.numel(), out.numel()));
+  }
+  void x_all_to_all(const at::Tensor& src, std::vector<int64_t>& sc, const at::Tensor& out,
+                    std::vector<int64_t>& rc) {  // counts in elements
+    if (!gloo_) {
+      auto di = desc(src), dout = desc(out);
+      TPU_CHECK(tpu_all_to_all(comm(), &di, sc.data(), &dout, rc.data(), nullptr));
+      return;
+    }
+    auto hi = host(src).reshape(-1);
+    auto ho = at::empty({out.numel()}, out.options().device(at::kCPU).dtype(wire(out.scalar_type())));
+    std::vector<int64_t> r = rc, q = sc;  // Gloo moves from the split vectors it is given
+    gloo_->alltoall_base(ho, hi, r, q, c10d::AllToAllOptions())->wait();
+    put(out, ho);
+  }
+
   struct Pair {  // one direction between this rank and a peer
     tpu_comm_t comm = nullptr;
     std::map<c10::DeviceIndex, tpu_stream_t> streams;
   };
 
-  c10::intrusive_ptr<c10d::Work> p2p_op(const at::Tensor& t, int peer, bool sending) {
+  c10::intrusive_ptr<c10d::Work> p2p_op(const at::Tensor& t, int peer, bool sending, int tag) {
     const char* what = sending ? "send" : "recv";
     TORCH_CHECK_VALUE(peer >= 0 && peer < getSize(), what, ": invalid ", sending ? "destination" : "source", " rank ",
                       peer, " (world size ", getSize(), ")");
     TORCH_CHECK_VALUE(peer != getRank(), what, ": Invalid ", sending ? "destination" : "source",
                       " rank: should not be the same as the rank of the current process.");
+    if (gloo_) {  // across hosts: Gloo's send / recv of a host copy (tags are matched)
+      std::vector<at::Tensor> h{sending
+                                    ? host(t).contiguous()
+                                    : at::empty(t.sizes(), t.options().device(at::kCPU).dtype(wire(t.scalar_type())))};
+      auto inner = sending ? gloo_->send(h, peer, tag) : gloo_->recv(h, peer, tag);
+      return c10::make_intrusive<HostWork>(getRank(), sending ? c10d::OpType::SEND : c10d::OpType::RECV,
+                                           std::move(inner), h[0], sending ? at::Tensor() : t);
+    }
     comm();  // not shut down
     c10::DeviceIndex dev = t.device().index();
     tpu_stream_t cur = current_stream(dev), s;
@@ -519,6 +653,7 @@ class TpuBackend : public c10d::Backend {
   }
 
   std::chrono::milliseconds timeout_;
+  c10::intrusive_ptr<c10d::Backend> gloo_;  // ranks on several hosts
   std::string key_;
   tpu_comm_t comm_ = nullptr;
   std::mutex p2p_mu_;
@@ -532,10 +667,12 @@ PYBIND11_MODULE(_C, m) {
   m.doc() = "torch_tpu._C: the tpu_dist c10d backend (the ATen kernels load through torch.ops.load_library)";
   m.def(
       "_create_tpu_dist",
-      [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, int64_t timeout_ms) {
+      [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, int64_t timeout_ms, py::object gloo) {
+        c10::intrusive_ptr<c10d::Backend> g;
+        if (!gloo.is_none()) g = gloo.cast<c10::intrusive_ptr<c10d::Backend>>();
+        py::gil_scoped_release nogil;
         return c10::intrusive_ptr<c10d::Backend>(
-            c10::make_intrusive<at::tpu::TpuBackend>(store, rank, size, std::chrono::milliseconds(timeout_ms)));
+            c10::make_intrusive<at::tpu::TpuBackend>(store, rank, size, std::chrono::milliseconds(timeout_ms), g));
       },
-      py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout_ms"),
-      py::call_guard<py::gil_scoped_release>());
+      py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout_ms"), py::arg("gloo") = py::none());
 }

@@ -9,6 +9,9 @@ Each case runs as a world of processes (torch.multiprocessing's spawn), in the
 eager mode of the fixture; a rank reports "ok" or its traceback.
 """
 import datetime
+import faulthandler
+import queue
+import time
 import os
 import socket
 import tempfile
@@ -22,9 +25,12 @@ import torch.multiprocessing as mp
 WORLD_TIMEOUT = 240  # seconds for a whole world (a hang fails the test, it never blocks make test)
 
 
-def _rank_main(fn, rank, world, mode, init_file, backend, q, args):
+def _rank_main(fn, rank, world, mode, init_file, backend, q, args, hosts=None):
     try:
+        faulthandler.enable()  # a crash in a rank prints its stack
         os.environ.setdefault("TPU_HBM_BYTES", "2G")
+        if hosts:  # pretend the ranks are on these hosts: the cross-host path (Gloo over loopback)
+            os.environ["TORCH_TPU_DIST_HOST"] = hosts[rank]
         import torch_tpu
         torch_tpu.set_eager_mode(mode)
         kw = {"timeout": datetime.timedelta(seconds=60)}
@@ -39,21 +45,37 @@ def _rank_main(fn, rank, world, mode, init_file, backend, q, args):
         q.put((rank, traceback.format_exc()))
 
 
-def run_world(fn, world, mode, backend="tpu_dist", args=(), expect_exit=()):
+def run_world(fn, world, mode, backend="tpu_dist", args=(), expect_exit=(), hosts=None):
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     fd, init_file = tempfile.mkstemp(prefix="tpu_dist_init_")
     os.close(fd)
     os.unlink(init_file)  # FileStore creates it
-    procs = [ctx.Process(target=_rank_main, args=(fn, r, world, mode, init_file, backend, q, args))
+    procs = [ctx.Process(target=_rank_main, args=(fn, r, world, mode, init_file, backend, q, args, hosts))
              for r in range(world)]
     for p in procs:
         p.start()
     results = {}
     try:
-        for _ in range(world - len(expect_exit)):
-            r, msg = q.get(timeout=WORLD_TIMEOUT)
-            results[r] = msg
+        deadline = time.monotonic() + WORLD_TIMEOUT
+        while len(results) < world - len(expect_exit):
+            try:
+                r, msg = q.get(timeout=1.0)
+                results[r] = msg
+                continue
+            except queue.Empty:
+                pass
+            died = [r for r, p in enumerate(procs)
+                    if r not in results and r not in expect_exit and p.exitcode is not None]
+            if died:  # give its report a moment to arrive, then fail now rather than at the deadline
+                time.sleep(2)
+                while not q.empty():
+                    r, msg = q.get()
+                    results[r] = msg
+                for r in died:
+                    results.setdefault(r, f"rank {r} exited with code {procs[r].exitcode} without reporting")
+                break
+            assert time.monotonic() < deadline, f"the world did not finish in {WORLD_TIMEOUT} s: {results}"
     finally:
         for p in procs:
             p.join(timeout=30)
@@ -63,7 +85,7 @@ def run_world(fn, world, mode, backend="tpu_dist", args=(), expect_exit=()):
             os.unlink(init_file)
     bad = {r: m for r, m in results.items() if m != "ok"}
     assert not bad, "\n".join(f"--- rank {r}:\n{m}" for r, m in sorted(bad.items()))
-    assert len(results) == world - len(expect_exit)
+    assert len(results) == world - len(expect_exit), results
 
 
 # ---------------------------------------------------------------- the cases (run in each rank)
@@ -232,6 +254,7 @@ def case_errors(rank, world):
 
 
 def case_default_and_mixed_backends(rank, world):
+    case_same_host(rank, world)
     t = torch.ones(4, device="tpu") * (rank + 1)
     dist.all_reduce(t)
     assert t.cpu().tolist() == [float(sum(range(1, world + 1)))] * 4
@@ -485,6 +508,29 @@ def test_send_recv_4_ranks(eager_mode):
 @pytest.mark.mode_independent
 def test_send_recv_size_mismatch_raises_on_both(eager_mode):
     run_world(case_send_recv_mismatch, 2, eager_mode)
+
+
+# Ranks on different hosts (TORCH_TPU_DIST_HOST): the same cases over Gloo, through loopback.
+def case_cross_host(rank, world, case):
+    import torch_tpu._dist
+    assert torch_tpu._dist.transport == "gloo", torch_tpu._dist.transport
+    case(rank, world)
+
+
+@pytest.mark.mode_independent
+def test_cross_host_every_collective(eager_mode):
+    run_world(case_cross_host, 2, eager_mode, hosts=["hostA", "hostB"], args=(case_collectives,))
+
+
+@pytest.mark.mode_independent
+def test_cross_host_send_recv_and_ddp(eager_mode):
+    run_world(case_cross_host, 4, eager_mode, hosts=["hostA", "hostA", "hostB", "hostB"], args=(case_send_recv,))
+    run_world(case_cross_host, 2, eager_mode, hosts=["hostA", "hostB"], args=(case_ddp,))
+
+
+def case_same_host(rank, world):
+    import torch_tpu._dist
+    assert torch_tpu._dist.transport == "shared memory", torch_tpu._dist.transport
 
 
 def test_ddp_equals_single_process(eager_mode):
