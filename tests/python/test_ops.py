@@ -124,7 +124,12 @@ def test_op_variants_on_specials(dtype):
         check(torch.div, x, y, rounding_mode=mode)
     check(torch.div, x.double(), 0.0, rounding_mode="floor")
     for approx in ("none", "tanh"):
-        check(F.gelu, x, approximate=approx)
+        want = F.gelu(x, approximate=approx)
+        # gelu(+inf) is +inf (PyTorch's scalar path and float64 say so); PyTorch CPU's vectorized erf-GELU
+        # gives NaN there in float32 / bfloat16 (its fast exp at -inf), depending only on whether the
+        # element lands in a full vector: that artifact is not the oracle
+        want = torch.where(x == float("inf"), float("inf"), want)
+        assert_close(F.gelu(x.to("tpu"), approximate=approx), want)
         xg = x.clone().requires_grad_()
         xt = x.to("tpu").requires_grad_()
         F.gelu(xg, approximate=approx).sum().backward()
