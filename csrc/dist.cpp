@@ -22,7 +22,6 @@
 #include <ATen/core/ivalue.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
-#include <functional>
 #include <unistd.h>
 #include <map>
 #include <mutex>
@@ -453,15 +452,25 @@ class TpuBackend : public c10d::Backend {
   static void put(const at::Tensor& dst, const at::Tensor& h) {
     const_cast<at::Tensor&>(dst).copy_(h.to(dst.scalar_type()).view(dst.sizes()));
   }
-  void gloo_sum_or(const c10d::ReduceOp& op, at::Tensor& h, bool mine, const std::function<void(c10d::ReduceOp)>& f) {
-    bool avg = op.op_ == c10d::ReduceOp::AVG;  // Gloo has no AVG: a sum, divided here
-    f(avg ? c10d::ReduceOp(c10d::ReduceOp::SUM) : op);
-    if (avg && mine) {
-      if (at::isFloatingType(h.scalar_type()))
-        h.div_(getSize());
-      else
-        h.div_(getSize(), "trunc");
-    }
+  static at::Tensor host_empty(at::IntArrayRef sizes, const at::Tensor& like) {
+    return at::empty(sizes, like.options().device(at::kCPU).dtype(wire(like.scalar_type())));
+  }
+  static c10d::ReduceOp gloo_op(const c10d::ReduceOp& op) {  // Gloo has no AVG: a sum, divided by gloo_avg
+    return op.op_ == c10d::ReduceOp::AVG ? c10d::ReduceOp(c10d::ReduceOp::SUM) : op;
+  }
+  void gloo_avg(const c10d::ReduceOp& op, at::Tensor& h) {
+    if (op.op_ != c10d::ReduceOp::AVG) return;
+    if (at::isFloatingType(h.scalar_type()))
+      h.div_(getSize());
+    else
+      h.div_(getSize(), "trunc");
+  }
+  void gloo_all_reduce(at::Tensor& h, const c10d::ReduceOp& op) {
+    std::vector<at::Tensor> v{h};
+    c10d::AllreduceOptions opts;
+    opts.reduceOp = gloo_op(op);
+    gloo_->allreduce(v, opts)->wait();
+    gloo_avg(op, h);
   }
   void x_all_reduce(const at::Tensor& x, const c10d::ReduceOp& op) {
     tpu_reduce_op rop = to_reduce_op(op);
@@ -470,13 +479,9 @@ class TpuBackend : public c10d::Backend {
       TPU_CHECK(tpu_all_reduce(comm(), &d, &d, rop, nullptr));
       return;
     }
-    std::vector<at::Tensor> h{host(x)};
-    gloo_sum_or(op, h[0], true, [&](c10d::ReduceOp o) {
-      c10d::AllreduceOptions opts;
-      opts.reduceOp = o;
-      gloo_->allreduce(h, opts)->wait();
-    });
-    put(x, h[0]);
+    auto h = host(x);
+    gloo_all_reduce(h, op);
+    put(x, h);
   }
   void x_broadcast(const at::Tensor& x, int root) {
     if (!gloo_) {
@@ -498,18 +503,17 @@ class TpuBackend : public c10d::Backend {
       return;
     }
     std::vector<at::Tensor> h{host(x)};
-    gloo_sum_or(op, h[0], getRank() == root, [&](c10d::ReduceOp o) {
-      c10d::ReduceOptions opts;
-      opts.reduceOp = o;
-      opts.rootRank = root;
-      gloo_->reduce(h, opts)->wait();
-    });
-    if (getRank() == root) put(x, h[0]);
+    c10d::ReduceOptions opts;
+    opts.reduceOp = gloo_op(op);
+    opts.rootRank = root;
+    gloo_->reduce(h, opts)->wait();
+    if (getRank() != root) return;
+    gloo_avg(op, h[0]);
+    put(x, h[0]);
   }
   std::vector<at::Tensor> host_chunks(const at::Tensor& like, int64_t n) {
     std::vector<at::Tensor> v;
-    for (int r = 0; r < getSize(); r++)
-      v.push_back(at::empty({n}, like.options().device(at::kCPU).dtype(wire(like.scalar_type()))));
+    for (int r = 0; r < getSize(); r++) v.push_back(host_empty({n}, like));
     return v;
   }
   void x_all_gather(const at::Tensor& src, const at::Tensor& out) {
@@ -546,8 +550,7 @@ class TpuBackend : public c10d::Backend {
       TPU_CHECK(tpu_scatter(comm(), flat.defined() ? &din : nullptr, &dout, root, nullptr));
       return;
     }
-    std::vector<at::Tensor> outs{
-        at::empty({out.numel()}, out.options().device(at::kCPU).dtype(wire(out.scalar_type())))};
+    std::vector<at::Tensor> outs{host_empty({out.numel()}, out)};
     std::vector<std::vector<at::Tensor>> ins;
     if (getRank() == root) {
       auto h = host(flat);
@@ -566,13 +569,9 @@ class TpuBackend : public c10d::Backend {
       TPU_CHECK(tpu_reduce_scatter(comm(), &di, &dout, rop, nullptr));
       return;
     }
-    std::vector<at::Tensor> h{host(src).reshape(-1)};  // an all_reduce, of which this rank keeps its chunk
-    gloo_sum_or(op, h[0], true, [&](c10d::ReduceOp o) {
-      c10d::AllreduceOptions opts;
-      opts.reduceOp = o;
-      gloo_->allreduce(h, opts)->wait();
-    });
-    put(out, h[0].narrow(0, getRank() * out.numel(), out.numel()));
+    auto h = host(src).reshape(-1);  // an all_reduce, of which this rank keeps its chunk
+    gloo_all_reduce(h, op);
+    put(out, h.narrow(0, getRank() * out.numel(), out.numel()));
   }
   void x_all_to_all(const at::Tensor& src, std::vector<int64_t>& sc, const at::Tensor& out,
                     std::vector<int64_t>& rc) {  // counts in elements
@@ -582,7 +581,7 @@ class TpuBackend : public c10d::Backend {
       return;
     }
     auto hi = host(src).reshape(-1);
-    auto ho = at::empty({out.numel()}, out.options().device(at::kCPU).dtype(wire(out.scalar_type())));
+    auto ho = host_empty({out.numel()}, out);
     std::vector<int64_t> r = rc, q = sc;  // Gloo moves from the split vectors it is given
     gloo_->alltoall_base(ho, hi, r, q, c10d::AllToAllOptions())->wait();
     put(out, ho);
@@ -600,9 +599,7 @@ class TpuBackend : public c10d::Backend {
     TORCH_CHECK_VALUE(peer != getRank(), what, ": Invalid ", sending ? "destination" : "source",
                       " rank: should not be the same as the rank of the current process.");
     if (gloo_) {  // across hosts: Gloo's send / recv of a host copy (tags are matched)
-      std::vector<at::Tensor> h{sending
-                                    ? host(t).contiguous()
-                                    : at::empty(t.sizes(), t.options().device(at::kCPU).dtype(wire(t.scalar_type())))};
+      std::vector<at::Tensor> h{sending ? host(t).contiguous() : host_empty(t.sizes(), t)};
       auto inner = sending ? gloo_->send(h, peer, tag) : gloo_->recv(h, peer, tag);
       return c10::make_intrusive<HostWork>(getRank(), sending ? c10d::OpType::SEND : c10d::OpType::RECV,
                                            std::move(inner), h[0], sending ? at::Tensor() : t);
