@@ -191,6 +191,47 @@ def test_four_threads():
     assert not errors and all(results.values()) and len(results) == 4
 
 
+def test_threads_read_results_while_others_flush():
+    """Four threads share the default stream; each .cpu() may run inline while another thread is flushing
+    the window its own ops were recorded in (Fused Eager): it must still read its own results."""
+    wrong = []
+
+    def work(i, a, b):
+        want = (a @ b + i).relu().sum(0)
+        for _ in range(10):
+            got = (a.tpu() @ b.tpu() + i).relu().sum(0).cpu()
+            if not torch.allclose(got, want, atol=1e-3, rtol=1e-4):
+                wrong.append(i)
+
+    g = torch.Generator().manual_seed(0)
+    data = [(torch.randn(64, 64, generator=g), torch.randn(64, 64, generator=g)) for _ in range(4)]
+    for _ in range(30):
+        ts = [threading.Thread(target=work, args=(i, *data[i])) for i in range(4)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+    assert not wrong, f"wrong results in threads {wrong}"
+
+
+@pytest.mark.mode_independent
+def test_threads_bring_the_chip_up_together():
+    """The first use of a chip from eight threads at once: each sees it fully brought up."""
+    for _ in range(4):
+        r = run_py("""
+            import threading, torch
+            out, go = [], threading.Barrier(8)
+            def work(i):
+                go.wait()
+                out.append(float((torch.ones(64, device="tpu") * i).sum().item()))
+            ts = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+            [t.start() for t in ts]
+            [t.join() for t in ts]
+            assert sorted(out) == [64.0 * i for i in range(8)], out
+        """)
+        assert r.returncode == 0, r.stderr[-2000:]
+
+
 def _same_error(fn, *args, **kw):
     """fn raises on the tpu what it raises on the CPU (type and message), given the same arguments."""
     def run(dev):

@@ -167,10 +167,7 @@ static void count_init(void) {
     tpu_status st;
     const tpu_config *cfg = tpu_config_get(&st);
     num_chips = st ? 0 : cfg->num_devices;
-    for (int d = 0; d < TPU_MAX_DEVICES; d++) {
-        chips[d].index = d;
-        chips[d].once = (pthread_once_t)PTHREAD_ONCE_INIT;
-    }
+    for (int d = 0; d < TPU_MAX_DEVICES; d++) { chips[d].index = d; }
     pthread_atfork(NULL, NULL, atfork_child);
 }
 
@@ -190,7 +187,7 @@ tpu_status tpu_check_fork(void) {
     return TPU_OK;
 }
 
-/* Per-chip bring-up (runs once per chip, under pthread_once). */
+/* Per-chip bring-up (runs once per chip, under init_mu). */
 static int init_dev;
 static void chip_init(void) {
     tpu_chip *c = &chips[init_dev];
@@ -211,6 +208,7 @@ static void chip_init(void) {
     }
     atomic_store_explicit(&any_initialized, true, memory_order_relaxed);
     c->init_status = TPU_OK;
+    atomic_store_explicit(&c->ready, true, memory_order_release);
 }
 
 static pthread_mutex_t init_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -225,9 +223,9 @@ tpu_status tpu_chip_get(int dev, tpu_chip **out) {
                              "Invalid device index %d: there %s %d tpu device%s (valid indices 0..%d)", dev,
                              n == 1 ? "is" : "are", n, n == 1 ? "" : "s", n - 1);
     tpu_chip *c = &chips[dev];
-    if (!c->arena) {
+    if (!atomic_load_explicit(&c->ready, memory_order_acquire)) { /* (arena is set before the allocator) */
         pthread_mutex_lock(&init_mu);
-        if (!c->arena && c->init_status == TPU_OK) {
+        if (!atomic_load_explicit(&c->ready, memory_order_relaxed) && c->init_status == TPU_OK) {
             init_dev = dev;
             chip_init();
         }

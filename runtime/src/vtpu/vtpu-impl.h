@@ -23,8 +23,8 @@ static inline uintptr_t tpu_devaddr_offset(const void *devptr) {
 typedef struct tpu_chip {
     int index;
     size_t capacity;
-    char *arena; /* host mapping of the chip's memory (lazy) */
-    pthread_once_t once;
+    char *arena;        /* host mapping of the chip's memory (lazy) */
+    _Atomic bool ready; /* brought up: every field above and below is set (published with release) */
     tpu_status init_status;
     tpu_stream_t default_stream;
     struct tpu_alloc *alloc; /* caching allocator state (alloc.c) */

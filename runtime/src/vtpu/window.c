@@ -188,7 +188,6 @@ tpu_status tpu_window_flush(tpu_stream_t s, tpu_flush_cause cause) {
         pthread_mutex_unlock(&w->mu);
         return tpu_set_error(TPU_ERROR_OUT_OF_MEMORY, "out of host memory flushing a window");
     }
-    atomic_store_explicit(&w->n, 0, memory_order_release);
     w->bytes = 0;
     w->gen++;
     tpu_rmap_clear(&w->kw);
@@ -204,6 +203,10 @@ tpu_status tpu_window_flush(tpu_stream_t s, tpu_flush_cause cause) {
     c->u.graph = p;
     tpu_status st = tpu_stream_enqueue_raw(s, c, NULL);
     tpu_alloc_bind_all(dev); /* what is still alive exists now (an empty() nothing wrote included) */
+    /* Empty only once the program is queued: a copy run inline on another
+     * thread (tpu_stream_try_inline) takes n == 0 with an idle queue to mean
+     * that nothing recorded is still to run before it. */
+    atomic_store_explicit(&w->n, 0, memory_order_release);
     pthread_mutex_unlock(&w->mu);
     atomic_fetch_add(&st_flushes[cause], 1);
     atomic_fetch_add(&st_fused, (uint64_t)info.fused_nodes);
