@@ -1307,11 +1307,13 @@ static void gemm_case(tpu_dtype dt, int prec, int64_t nb, int64_t M, int64_t N, 
 static void test_matmul_vs_ref(void) {
     /* M, N, K; from {1, 70, 300} on, the small-M path (M <= 8): k and column
      * tails, k split into ranges, chunks of columns; then several k blocks
-     * and column groups (256) at once */
+     * and column groups (256) at once; then several row blocks of the AMX
+     * unit (128 rows, 32-row slivers, k in steps of 32) with every tail */
     static const int64_t shapes[][3] = {
         {1, 1, 1},    {7, 1, 13},   {1, 19, 5},   {13, 17, 1},    {6, 16, 256},   {8, 32, 257},  {37, 41, 53},
         {5, 7, 0},    {0, 7, 3},    {4, 0, 3},    {67, 100, 301}, {97, 35, 513},  {71, 531, 9},  {131, 20, 600},
         {1, 70, 300}, {3, 131, 77}, {8, 2100, 9}, {2, 9, 700},    {1, 16500, 21}, {5, 61, 1030}, {40, 300, 520},
+        {290, 97, 545}, {33, 65, 31}, {257, 600, 40},
     };
     const int ns = (int)(sizeof shapes / sizeof shapes[0]);
     for (int di = 0; di < NFLOAT; di++)
@@ -1361,27 +1363,45 @@ static void test_matmul_hand(void) {
     }
 }
 
-/* The unit this host should run, then every matmul test again on the
- * portable C unit (TPU_MXU=portable), then back. */
+static void test_conv2d_vs_ref(void);
+
+/* The unit this host should run, then every matmul and conv2d test again on
+ * each unit below it: AVX512-BF16 (TPU_MXU=no-amx) where AMX was picked,
+ * then the portable C unit (TPU_MXU=portable); then back. A host without
+ * AMX says so: the AMX unit is skipped there. */
 static void test_matmul_units(void) {
     unsigned f = tpu_cpu_features();
-    bool forced = tpu_config_get(NULL)->mxu_portable;
-    const char *want32 = forced                                      ? "portable"
+    int choice = tpu_config_get(NULL)->mxu_choice;
+    bool portable = choice == TPU_MXU_CHOICE_PORTABLE, amx = !portable && choice != TPU_MXU_CHOICE_NO_AMX &&
+                                                             tpu_amx_usable();
+    const char *want32 = portable                                    ? "portable"
                          : (f & TPU_CPU_AVX512BF16)                  ? "AVX512"
                          : ((f & TPU_CPU_AVX2) && (f & TPU_CPU_FMA)) ? "AVX2-FMA"
                                                                      : "portable";
-    const char *want16 = strcmp(want32, "AVX512") == 0 ? "AVX512-BF16" : want32;
+    const char *want16 = amx ? "AMX" : strcmp(want32, "AVX512") == 0 ? "AVX512-BF16" : want32;
     printf("  matrix unit: fp32 %s, bf16 %s\n", tpu_gemm_unit_name(false), tpu_gemm_unit_name(true));
+    if (!tpu_amx_usable())
+        printf("  AMX unit: SKIPPED (%s)\n", (f & TPU_CPU_AMX) ? "the OS did not grant this process the tile data"
+                                                             : "this host has no AMX-BF16 tiles");
     CHECK_MSG(strcmp(tpu_gemm_unit_name(false), want32) == 0, "fp32 unit %s, expected %s", tpu_gemm_unit_name(false),
               want32);
     CHECK_MSG(strcmp(tpu_gemm_unit_name(true), want16) == 0, "bf16 unit %s, expected %s", tpu_gemm_unit_name(true),
               want16);
-    tpu_pool_register(true);
+    if (amx) {
+        tpu_pool_register(TPU_MXU_CHOICE_NO_AMX);
+        CHECK(strcmp(tpu_gemm_unit_name(true), "AVX512-BF16") == 0 && strcmp(tpu_gemm_unit_name(false), want32) == 0);
+        printf("  again on the AVX512-BF16 unit (TPU_MXU=no-amx)\n");
+        test_matmul_hand();
+        test_matmul_vs_ref();
+        test_conv2d_vs_ref();
+    }
+    tpu_pool_register(TPU_MXU_CHOICE_PORTABLE);
     CHECK(strcmp(tpu_gemm_unit_name(false), "portable") == 0 && strcmp(tpu_gemm_unit_name(true), "portable") == 0);
     test_matmul_hand();
     test_matmul_vs_ref();
-    tpu_pool_register(forced);
-    CHECK(strcmp(tpu_gemm_unit_name(false), want32) == 0);
+    test_conv2d_vs_ref();
+    tpu_pool_register(choice);
+    CHECK(strcmp(tpu_gemm_unit_name(false), want32) == 0 && strcmp(tpu_gemm_unit_name(true), want16) == 0);
 }
 
 /* Sizes big enough to be split across the compute workers. */

@@ -694,6 +694,7 @@ static void test_config_parse(void) {
         {"TPU_NUM_WORKERS", "64", 64},
         {"TPU_MXU", "portable", 1},
         {"TPU_MXU", "auto", 0},
+        {"TPU_MXU", "no-amx", 2},
         {"TORCH_TPU_LAUNCH_BLOCKING", "1", -1},
         {"TORCH_TPU_CPU_FALLBACK", "0", -1},
         {"TORCH_TPU_DEFER_AND_FUSE", "0", -1},
@@ -707,7 +708,7 @@ static void test_config_parse(void) {
         long long got = strcmp(good[i].name, "TPU_NUM_DEVICES") == 0   ? c.num_devices
                         : strcmp(good[i].name, "TPU_HBM_BYTES") == 0   ? (long long)c.hbm_bytes
                         : strcmp(good[i].name, "TPU_NUM_WORKERS") == 0 ? c.num_workers
-                        : strcmp(good[i].name, "TPU_MXU") == 0         ? c.mxu_portable
+                        : strcmp(good[i].name, "TPU_MXU") == 0         ? c.mxu_choice
                                                                        : -1;
         CHECK_MSG(got == good[i].want, "%s=%s gave %lld", good[i].name, good[i].val, got);
     }
@@ -737,7 +738,7 @@ static void test_config_parse(void) {
         {"TPU_NUM_WORKERS", "0", "from 1 to 64"},
         {"TPU_NUM_WORKERS", "65", "from 1 to 64"},
         {"TPU_NUM_WORKERS", "four", "from 1 to 64"},
-        {"TPU_MXU", "amx", "'auto' or 'portable'"},
+        {"TPU_MXU", "amx", "'auto', 'portable' or 'no-amx'"},
         {"TORCH_TPU_LAUNCH_BLOCKING", "yes", "0 or 1"},
         {"TORCH_TPU_CPU_FALLBACK", "off", "0 or 1"},
         {"TORCH_TPU_DEFER_AND_FUSE", "true", "0 or 1"},

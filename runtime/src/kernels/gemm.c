@@ -8,7 +8,14 @@
  * micro-kernel into an fp32 accumulator tile, then applies the epilogue
  * (alpha, beta*C, dtype conversion, output strides) once.
  *
- * Matrix units, picked at run time per call (TPU_MXU=portable: the last):
+ * Matrix units, picked at run time per call (TPU_MXU=portable: the last;
+ * TPU_MXU=no-amx: not the first):
+ *   AMX          bf16 only: a 32x32 block as four 16x16 fp32 tiles, k in
+ *                steps of 32 (tdpbf16ps); B packed as for AVX512-BF16 (a
+ *                tile is 16 rows of (k, k+1) pairs of 16 columns, every
+ *                other 64 bytes of a panel), A as 32 rows of kc bf16; K is
+ *                padded with zeros to a multiple of 32. Each task loads the
+ *                tile configuration on its thread and releases it after.
  *   AVX512-BF16  8x32 tile; fp32 by vfmadd231ps, bf16 by vdpbf16ps on packed
  *                (k, k+1) pairs
  *   AVX2+FMA     6x16 tile (12 of the 16 ymm registers accumulate); bf16 is
@@ -21,7 +28,6 @@
  * computed in fp32); "high" runs three bf16 passes (hi*hi + hi*lo + lo*hi).
  * Every unit multiplies the same bf16-rounded values exactly and accumulates
  * in fp32; they differ only in summation order.
- * AMX tiles are detected but not used yet (no AMX host to validate on).
  * Up to GEMV_M rows of A (decode) skip the blocking: B is streamed once in
  * its own layout (the small-M section below).
  * float64 uses a plain blocked loop. */
@@ -35,13 +41,17 @@
 
 #define MR         8 /* AVX-512 and portable tile */
 #define NR         32
+#define MR_AMX     32 /* AMX block: 2 x 2 tiles of 16 x 16 */
+#define KSTEP_AMX  32 /* k per tdpbf16ps */
+#define MR_MAX     32
 #define MR2        6 /* AVX2 tile */
 #define NR2        16
 #define NR_MAX     32
 #define KC         256
-#define MC_TARGET  64  /* rows per task (a multiple of the unit's MR), before balancing */
 #define GROUP_COLS 256 /* columns of a task whose sums accumulate over all k blocks at once (a multiple of NR) */
-_Static_assert(MR >= MR2 && NR_MAX >= NR && NR_MAX >= NR2, "pack buffers hold the largest tile");
+_Static_assert(MR_MAX >= MR && MR_MAX >= MR2 && MR_MAX >= MR_AMX && NR_MAX >= NR && NR_MAX >= NR2,
+               "pack buffers hold the largest tile");
+_Static_assert(KC % KSTEP_AMX == 0, "a k block is whole AMX steps");
 _Static_assert(GROUP_COLS % NR == 0 && GROUP_COLS % NR2 == 0, "a group is whole panels");
 
 /* ---------------- micro-kernels: acc[MR][NR] (+)= Ap * Bp ----------------
@@ -161,26 +171,87 @@ static void ukr_bf16_c(int kc, const void *apv, const void *bpv, float *c, int l
         for (int j = 0; j < NR; j++) c[r * ldc + j] = acc[r][j];
 }
 
+/* AMX: ap is 32 rows of kc bf16 (row stride kc), bp is [kc/2][NR] pairs;
+ * tiles 0-3 hold the block's sums (rows 0-15 / 16-31 x columns 0-15 /
+ * 16-31), 4-5 the two row halves of A, 6-7 the two column halves of B. */
+__attribute__((target("amx-tile,amx-bf16"))) static void ukr_bf16_amx(int kc, const void *apv, const void *bpv,
+                                                                      float *c, int ldc, int first) {
+    const uint16_t *ap = apv;
+    const uint32_t *bp = bpv;
+    size_t cs = sizeof(float) * (size_t)ldc, as = sizeof(uint16_t) * (size_t)kc, bs = sizeof(uint32_t) * NR;
+    if (first) {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+    } else {
+        _tile_loadd(0, c, cs);
+        _tile_loadd(1, c + 16, cs);
+        _tile_loadd(2, c + 16 * ldc, cs);
+        _tile_loadd(3, c + 16 * ldc + 16, cs);
+    }
+    for (int k = 0; k < kc; k += KSTEP_AMX) {
+        const uint32_t *b = bp + (k / 2) * NR;
+        _tile_loadd(4, ap + k, as);
+        _tile_loadd(5, ap + 16 * kc + k, as);
+        _tile_loadd(6, b, bs);
+        _tile_loadd(7, b + 16, bs);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+    _tile_stored(0, c, cs);
+    _tile_stored(1, c + 16, cs);
+    _tile_stored(2, c + 16 * ldc, cs);
+    _tile_stored(3, c + 16 * ldc + 16, cs);
+}
+
+/* The tile configuration (palette 1): tiles 0-7 of 16 rows of 64 bytes. A
+ * constant in memory: GCC's ldtilecfg does not tell the compiler that it
+ * reads all 64 bytes, so stores into a local one are dropped as dead. */
+static const struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} amx_cfg __attribute__((aligned(64))) = {
+    .palette = 1,
+    .colsb = {64, 64, 64, 64, 64, 64, 64, 64},
+    .rows = {16, 16, 16, 16, 16, 16, 16, 16},
+};
+_Static_assert(sizeof amx_cfg == 64, "the tile configuration is 64 bytes");
+
+__attribute__((target("amx-tile"))) static void amx_begin(void) { _tile_loadconfig(&amx_cfg); }
+
+__attribute__((target("amx-tile"))) static void amx_end(void) { _tile_release(); }
+
 /* ---------------- the units ---------------- */
 
 typedef struct gemm_unit {
     const char *name;
-    int mr, nr; /* register tile */
-    bool pairs; /* packs bf16 (k, k+1) pairs: k steps by 2 */
+    int mr, nr;    /* register tile */
+    bool pairs;    /* packs B as bf16 (k, k+1) pairs (and A too unless a_rows) */
+    bool a_rows;   /* packs A as mr rows of kc bf16 */
+    int kstep;     /* K is padded to a multiple of this */
+    int mc_target; /* rows per task (a multiple of mr), before balancing: more where B's
+                    * panels are read faster than L3 streams them (AMX) */
     ukr_fn ukr;
+    void (*begin)(void), (*end)(void); /* around a task's micro-kernels on its thread, or NULL */
 } gemm_unit;
 
-static const gemm_unit unit_avx512 = {"AVX512", MR, NR, false, ukr_f32_avx512};
-static const gemm_unit unit_avx512_bf16 = {"AVX512-BF16", MR, NR, true, ukr_bf16_avx512};
-static const gemm_unit unit_avx2 = {"AVX2-FMA", MR2, NR2, false, ukr_f32_avx2};
-static const gemm_unit unit_c = {"portable", MR, NR, false, ukr_f32_c};
-static const gemm_unit unit_c_bf16 = {"portable", MR, NR, true, ukr_bf16_c};
+static const gemm_unit unit_amx = {"AMX", MR_AMX, NR, true, true, KSTEP_AMX, 128, ukr_bf16_amx, amx_begin, amx_end};
+static const gemm_unit unit_avx512 = {"AVX512", MR, NR, false, false, 1, 64, ukr_f32_avx512, NULL, NULL};
+static const gemm_unit unit_avx512_bf16 = {"AVX512-BF16", MR, NR, true, false, 2, 64, ukr_bf16_avx512, NULL, NULL};
+static const gemm_unit unit_avx2 = {"AVX2-FMA", MR2, NR2, false, false, 1, 64, ukr_f32_avx2, NULL, NULL};
+static const gemm_unit unit_c = {"portable", MR, NR, false, false, 1, 64, ukr_f32_c, NULL, NULL};
+static const gemm_unit unit_c_bf16 = {"portable", MR, NR, true, false, 2, 64, ukr_bf16_c, NULL, NULL};
 
 /* The unit for fp32 (bf16 = false) or bf16 operands, by the host's CPU and
  * TPU_MXU. AVX-512 without BF16 takes the AVX2 unit: the fp32 AVX-512 kernel
  * is only validated alongside the bf16 one. */
 static const gemm_unit *gemm_pick(bool bf16) {
     switch (tpu_mxu_detected()) {
+    case TPU_MXU_AMX: return bf16 ? &unit_amx : &unit_avx512;
     case TPU_MXU_AVX512_BF16: return bf16 ? &unit_avx512_bf16 : &unit_avx512;
     case TPU_MXU_AVX2_FMA: return &unit_avx2;
     default: return bf16 ? &unit_c_bf16 : &unit_c;
@@ -318,7 +389,23 @@ static void pack_b_panels(void *ctx, int64_t pb, int64_t pe) {
         int64_t n = (j->N < ce * nr ? j->N : ce * nr) - c0; /* valid columns of the chunk */
         for (int64_t kb = 0; kb * KC < j->Kp; kb++) {
             int64_t k0 = kb * KC, kc = j->Kp - k0 < KC ? j->Kp - k0 : KC;
-            if (j->u->pairs) {
+            if (j->u->pairs && !j->cv && j->B.dt == TPU_BF16 && j->B.cs == 1 && c->part == 0) {
+                /* bf16 rows of B as they are, two at a time, interleaved */
+                for (int64_t k = 0; k < kc; k += 2) {
+                    const uint16_t *r0 = k0 + k < j->K ? (const uint16_t *)mat_ptr(&j->B, k0 + k, c0) : NULL;
+                    const uint16_t *r1 = k0 + k + 1 < j->K ? (const uint16_t *)mat_ptr(&j->B, k0 + k + 1, c0) : NULL;
+                    for (int64_t p = cb; p < ce; p++) {
+                        uint32_t *out = (uint32_t *)c->dst + bpack_index(j, kb, p) + (k / 2) * nr;
+                        int64_t off = (p - cb) * nr;
+                        if (r0 && r1 && nr == NR && off + NR <= n)
+                            for (int q = 0; q < NR; q++) out[q] = (uint32_t)r0[off + q] | ((uint32_t)r1[off + q] << 16);
+                        else
+                            for (int q = 0; q < nr; q++)
+                                out[q] = (uint32_t)(r0 && off + q < n ? r0[off + q] : 0) |
+                                         ((uint32_t)(r1 && off + q < n ? r1[off + q] : 0) << 16);
+                    }
+                }
+            } else if (j->u->pairs) {
                 for (int64_t k = 0; k < kc; k += 2) {
                     const float *r0 = k0 + k < j->K ? b_row(j, k0 + k, c0, n, buf[0]) : NULL;
                     const float *r1 = k0 + k + 1 < j->K ? b_row(j, k0 + k + 1, c0, n, buf[1]) : NULL;
@@ -357,11 +444,25 @@ static void pack_b_panels(void *ctx, int64_t pb, int64_t pe) {
 }
 
 /* Pack rows [m0, m0+mcp) x k-range of A into MR-row slivers, through tmp
- * (MR rows of KC floats): rows in, then written out k-major. */
+ * (MR_MAX rows of KC floats): rows in, then written out k-major (AMX: row-major). */
 static void pack_a(const gemm_job *j, int64_t m0, int64_t mcp, int64_t k0, int64_t kc, int part, void *dst,
                    float *tmp) {
     int mr = j->u->mr;
     int64_t kv = j->K - k0 < kc ? j->K - k0 : kc; /* valid k in this block */
+    if (j->u->a_rows && j->A.dt == TPU_BF16 && part == 0) {
+        /* bf16 rows as they are: copied, no trip through fp32 */
+        for (int64_t r = 0; r < mcp; r++) {
+            uint16_t *out = (uint16_t *)dst + r * kc;
+            int64_t row = m0 + r, n = row < j->M ? kv : 0;
+            const uint16_t *src = n ? (const uint16_t *)mat_ptr(&j->A, row, k0) : NULL;
+            if (n && j->A.cs == 1)
+                memcpy(out, src, sizeof(uint16_t) * (size_t)n);
+            else
+                for (int64_t k = 0; k < n; k++) out[k] = src[k * j->A.cs];
+            memset(out + n, 0, sizeof(uint16_t) * (size_t)(kc - n));
+        }
+        return;
+    }
     for (int64_t s = 0; s < mcp; s += mr) {
         for (int r = 0; r < mr; r++) {
             float *t = tmp + r * KC;
@@ -370,7 +471,11 @@ static void pack_a(const gemm_job *j, int64_t m0, int64_t mcp, int64_t k0, int64
             for (int64_t k = n; k < kc; k++) t[k] = 0.0f;
             if (j->round_a) round_bf16(t, n, part);
         }
-        if (j->u->pairs) {
+        if (j->u->a_rows) {
+            uint16_t *out = (uint16_t *)dst + (s / mr) * kc * mr;
+            for (int r = 0; r < mr; r++)
+                for (int64_t k = 0; k < kc; k++) out[r * kc + k] = to_bf16_part(tmp[r * KC + k], part);
+        } else if (j->u->pairs) {
             uint32_t *out = (uint32_t *)dst + (s / mr) * (kc / 2) * mr;
             for (int64_t k = 0; k < kc; k += 2)
                 for (int r = 0; r < mr; r++)
@@ -429,7 +534,7 @@ static void task(void *ctx, int64_t tb, int64_t te) {
     int64_t mcp_max = (j->mc + u->mr - 1) / u->mr * u->mr, apart_sz = mcp_max * j->Kp / step; /* 4-byte units */
     float *acc = alloc64(sizeof(float) * (size_t)(mcp_max * ldc));
     float *apack = alloc64(sizeof(float) * (size_t)(nparts * apart_sz));
-    float *tmp = alloc64(sizeof(float) * (size_t)(MR * KC + ldc)); /* A rows, then a row of C */
+    float *tmp = alloc64(sizeof(float) * (size_t)(MR_MAX * KC + ldc)); /* A rows, then a row of C */
     if (!acc || !apack || !tmp) {
         free(acc);
         free(apack);
@@ -437,6 +542,7 @@ static void task(void *ctx, int64_t tb, int64_t te) {
         atomic_store(&j->no_scratch, true);
         return;
     }
+    if (u->begin) u->begin();
     for (int64_t t = tb; t < te; t++) {
         int64_t mt = t / j->nsplit, nt = t % j->nsplit;
         int64_t m0 = mt * j->mc, mc = j->M - m0 < j->mc ? j->M - m0 : j->mc;
@@ -468,9 +574,10 @@ static void task(void *ctx, int64_t tb, int64_t te) {
                     first = 0;
                 }
             }
-            epilogue(j, j->batch, m0, mc, n0, nc, acc, ldc, tmp + MR * KC);
+            epilogue(j, j->batch, m0, mc, n0, nc, acc, ldc, tmp + MR_MAX * KC);
         }
     }
+    if (u->end) u->end();
     free(acc);
     free(apack);
     free(tmp);
@@ -772,13 +879,13 @@ static tpu_status gemm_run(tpu_kargs *a, const conv_src *cv) {
     j.u = gemm_pick(j.use_bf16);
     j.round_a = j.use_bf16 && !j.u->pairs && (j.passes == 3 || dt != TPU_BF16);
     j.round_b = j.use_bf16 && !j.u->pairs && (j.passes == 3 || B->dtype != TPU_BF16);
-    j.Kp = j.u->pairs ? (j.K + 1) / 2 * 2 : j.K;
+    j.Kp = (j.K + j.u->kstep - 1) / j.u->kstep * j.u->kstep;
     j.npanels = (j.N + j.u->nr - 1) / j.u->nr;
-    /* Row blocks of about MC_TARGET rows, as many as a multiple of the
+    /* Row blocks of about the unit's mc_target rows, as many as a multiple of the
      * workers (so that they end together), each a multiple of MR; split
      * columns too when row blocks are few. */
     int nw = tpu_compute_workers();
-    int64_t mr = j.u->mr, blocks = (j.M + MC_TARGET - 1) / MC_TARGET;
+    int64_t mr = j.u->mr, blocks = (j.M + j.u->mc_target - 1) / j.u->mc_target;
     blocks = (blocks + nw - 1) / nw * nw;
     j.mc = ((j.M + blocks - 1) / blocks + mr - 1) / mr * mr;
     j.mtasks = (j.M + j.mc - 1) / j.mc;

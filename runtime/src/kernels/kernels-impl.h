@@ -71,6 +71,13 @@ tpu_status tpu_kernel_run(tpu_kargs *a);
  * "AVX512", "AVX512-BF16", "AVX2-FMA" or "portable" (a static string). */
 const char *tpu_gemm_unit_name(bool bf16);
 
+/* TPU_MXU: which matrix units the kernels may pick. */
+typedef enum tpu_mxu_choice {
+    TPU_MXU_CHOICE_AUTO = 0, /* the best unit the host has */
+    TPU_MXU_CHOICE_PORTABLE, /* plain C only */
+    TPU_MXU_CHOICE_NO_AMX,   /* the best unit but AMX tiles (AVX512-BF16 on an AMX host) */
+} tpu_mxu_choice;
+
 /* ---- the compute pool, provided by the floor above (compute.c) ----
  * The device registers its pool once at start-up (vtpu/pool.c, from the
  * first runtime entry); until then (kernel-only programs) loops run serially
@@ -80,7 +87,7 @@ typedef struct tpu_compute_iface {
     /* fn(ctx, begin, end) on disjoint ranges of [0, n) of at least `grain` items. */
     void (*parallel_for)(int64_t n, int64_t grain, void (*fn)(void *ctx, int64_t b, int64_t e), void *ctx);
     int (*num_workers)(void); /* compute threads, the caller included */
-    bool mxu_portable;        /* TPU_MXU=portable: the matrix unit's C path */
+    int mxu_choice;           /* TPU_MXU: a tpu_mxu_choice */
 } tpu_compute_iface;
 /* Borrowed: `c` must live as long as the process (a static). */
 void tpu_kernels_set_compute(const tpu_compute_iface *c);
@@ -97,12 +104,17 @@ enum {
     TPU_CPU_AVX2 = 1u << 1,
     TPU_CPU_AVX512F = 1u << 2,
     TPU_CPU_AVX512BF16 = 1u << 3, /* with the OS's AVX-512 state */
-    TPU_CPU_AMX = 1u << 4,        /* AMX-TILE and AMX-BF16 (not used yet) */
+    TPU_CPU_AMX = 1u << 4,        /* AMX-TILE and AMX-BF16 in CPUID, tile state enabled by the OS */
     TPU_CPU_FMA = 1u << 5,        /* FMA3 (vfmadd231ps on ymm) */
 };
 unsigned tpu_cpu_features(void);
-/* The matrix unit the kernels use: AVX512-BF16 if the host has it, else
- * AVX2-FMA, else portable (also when TPU_MXU=portable was registered). */
+/* The matrix unit the kernels use for bf16: AMX if the host has it and the
+ * OS grants this process the tile data (arch_prctl, asked once), else
+ * AVX512-BF16, else AVX2-FMA, else portable; capped by the registered
+ * TPU_MXU choice. fp32 at "highest" runs on AVX-512 FMAs where this says AMX. */
 tpu_mxu_kind tpu_mxu_detected(void);
+/* Whether this process may use AMX tiles (CPUID, XCR0 and the OS's
+ * permission; cached). Ignores TPU_MXU. */
+bool tpu_amx_usable(void);
 
 #endif

@@ -105,7 +105,7 @@ static void cfg_choice(cfg_err *e, const char *(*get)(const char *), const char 
 tpu_status tpu_config_parse(const char *(*get)(const char *name), tpu_config *out) {
     cfg_err e = {.len = 0, .n = 0};
     e.msg[0] = 0;
-    *out = (tpu_config){.num_devices = 1, .hbm_bytes = (size_t)16 << 30, .num_workers = 0, .mxu_portable = false};
+    *out = (tpu_config){.num_devices = 1, .hbm_bytes = (size_t)16 << 30, .num_workers = 0, .mxu_choice = 0};
     cfg_int(&e, get, "TPU_NUM_DEVICES", 1, TPU_MAX_DEVICES, "the number of virtual tpu chips", &out->num_devices);
     const char *v = get("TPU_HBM_BYTES");
     uint64_t hbm;
@@ -118,10 +118,10 @@ tpu_status tpu_config_parse(const char *(*get)(const char *name), tpu_config *ou
                     "binary suffix K, M, G or T (or KiB, MiB, GiB, TiB), e.g. 16G");
     }
     cfg_int(&e, get, "TPU_NUM_WORKERS", 1, MAX_WORKERS, "compute threads per process", &out->num_workers);
-    static const char *const mxu[] = {"auto", "portable", NULL};
+    static const char *const mxu[] = {"auto", "portable", "no-amx", NULL}; /* in tpu_mxu_choice's order */
     int m = 0;
-    cfg_choice(&e, get, "TPU_MXU", mxu, "'auto' or 'portable'", &m);
-    out->mxu_portable = m == 1;
+    cfg_choice(&e, get, "TPU_MXU", mxu, "'auto', 'portable' or 'no-amx'", &m);
+    out->mxu_choice = m;
     static const char *const flag[] = {"0", "1", NULL};
     int f = 0;
     cfg_choice(&e, get, "TORCH_TPU_LAUNCH_BLOCKING", flag, "0 or 1", &f);
@@ -143,7 +143,7 @@ static pthread_once_t config_once = PTHREAD_ONCE_INIT;
 static void config_init(void) {
     config_status = tpu_config_parse(env_get, &config);
     if (config_status) snprintf(config_msg, sizeof config_msg, "%s", tpu_last_error());
-    tpu_pool_register(config.mxu_portable); /* the kernels' compute pool, from the first runtime entry on */
+    tpu_pool_register(config.mxu_choice); /* the kernels' compute pool, from the first runtime entry on */
 }
 
 const tpu_config *tpu_config_get(tpu_status *st) {

@@ -111,7 +111,7 @@ static void pool_parallel_for(int64_t n, int64_t grain, void (*fn)(void *ctx, in
 
 static tpu_compute_iface pool_iface = {.parallel_for = pool_parallel_for, .num_workers = tpu_num_workers};
 
-void tpu_pool_register(bool mxu_portable) {
-    pool_iface.mxu_portable = mxu_portable;
+void tpu_pool_register(int mxu_choice) {
+    pool_iface.mxu_choice = mxu_choice;
     tpu_kernels_set_compute(&pool_iface);
 }

@@ -43,7 +43,7 @@ typedef struct tpu_config {
     int num_devices;   /* TPU_NUM_DEVICES, 1..TPU_MAX_DEVICES (default 1) */
     size_t hbm_bytes;  /* TPU_HBM_BYTES, rounded down to 4 KiB (default 16 GiB) */
     int num_workers;   /* TPU_NUM_WORKERS, 1..64; 0 = unset (online CPUs, at most 8) */
-    bool mxu_portable; /* TPU_MXU=portable */
+    int mxu_choice;    /* TPU_MXU: a tpu_mxu_choice (kernels-impl.h) */
 } tpu_config;
 /* Parse the variables read through `get` (getenv, or a table in tests). A bad
  * value: TPU_ERROR_INVALID_VALUE naming each bad variable, its value and what
@@ -57,7 +57,7 @@ const tpu_config *tpu_config_get(tpu_status *st);
 int tpu_num_workers(void);
 /* Hand the pool to the kernels floor (tpu_kernels_set_compute); called once,
  * when the configuration is first read. */
-void tpu_pool_register(bool mxu_portable);
+void tpu_pool_register(int mxu_choice);
 
 /* Allocator (alloc.c). */
 struct tpu_alloc *tpu_alloc_create(tpu_chip *chip);
