@@ -1310,10 +1310,10 @@ static void test_matmul_vs_ref(void) {
      * and column groups (256) at once; then several row blocks of the AMX
      * unit (128 rows, 32-row slivers, k in steps of 32) with every tail */
     static const int64_t shapes[][3] = {
-        {1, 1, 1},    {7, 1, 13},   {1, 19, 5},   {13, 17, 1},    {6, 16, 256},   {8, 32, 257},  {37, 41, 53},
-        {5, 7, 0},    {0, 7, 3},    {4, 0, 3},    {67, 100, 301}, {97, 35, 513},  {71, 531, 9},  {131, 20, 600},
-        {1, 70, 300}, {3, 131, 77}, {8, 2100, 9}, {2, 9, 700},    {1, 16500, 21}, {5, 61, 1030}, {40, 300, 520},
-        {290, 97, 545}, {33, 65, 31}, {257, 600, 40},
+        {1, 1, 1},      {7, 1, 13},     {1, 19, 5},     {13, 17, 1},    {6, 16, 256},   {8, 32, 257},
+        {37, 41, 53},   {5, 7, 0},      {0, 7, 3},      {4, 0, 3},      {67, 100, 301}, {97, 35, 513},
+        {71, 531, 9},   {131, 20, 600}, {1, 70, 300},   {3, 131, 77},   {8, 2100, 9},   {2, 9, 700},
+        {1, 16500, 21}, {5, 61, 1030},  {40, 300, 520}, {290, 97, 545}, {33, 65, 31},   {257, 600, 40},
     };
     const int ns = (int)(sizeof shapes / sizeof shapes[0]);
     for (int di = 0; di < NFLOAT; di++)
@@ -1372,8 +1372,8 @@ static void test_conv2d_vs_ref(void);
 static void test_matmul_units(void) {
     unsigned f = tpu_cpu_features();
     int choice = tpu_config_get(NULL)->mxu_choice;
-    bool portable = choice == TPU_MXU_CHOICE_PORTABLE, amx = !portable && choice != TPU_MXU_CHOICE_NO_AMX &&
-                                                             tpu_amx_usable();
+    bool portable = choice == TPU_MXU_CHOICE_PORTABLE,
+         amx = !portable && choice != TPU_MXU_CHOICE_NO_AMX && tpu_amx_usable();
     const char *want32 = portable                                    ? "portable"
                          : (f & TPU_CPU_AVX512BF16)                  ? "AVX512"
                          : ((f & TPU_CPU_AVX2) && (f & TPU_CPU_FMA)) ? "AVX2-FMA"
@@ -1382,7 +1382,7 @@ static void test_matmul_units(void) {
     printf("  matrix unit: fp32 %s, bf16 %s\n", tpu_gemm_unit_name(false), tpu_gemm_unit_name(true));
     if (!tpu_amx_usable())
         printf("  AMX unit: SKIPPED (%s)\n", (f & TPU_CPU_AMX) ? "the OS did not grant this process the tile data"
-                                                             : "this host has no AMX-BF16 tiles");
+                                                               : "this host has no AMX-BF16 tiles");
     CHECK_MSG(strcmp(tpu_gemm_unit_name(false), want32) == 0, "fp32 unit %s, expected %s", tpu_gemm_unit_name(false),
               want32);
     CHECK_MSG(strcmp(tpu_gemm_unit_name(true), want16) == 0, "bf16 unit %s, expected %s", tpu_gemm_unit_name(true),

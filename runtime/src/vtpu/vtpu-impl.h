@@ -40,10 +40,10 @@ tpu_status tpu_check_fork(void);
 /* Configuration (device.c): every environment variable the runtime reads,
  * parsed strictly. README "Environment" documents each one and its range. */
 typedef struct tpu_config {
-    int num_devices;   /* TPU_NUM_DEVICES, 1..TPU_MAX_DEVICES (default 1) */
-    size_t hbm_bytes;  /* TPU_HBM_BYTES, rounded down to 4 KiB (default 16 GiB) */
-    int num_workers;   /* TPU_NUM_WORKERS, 1..64; 0 = unset (online CPUs, at most 8) */
-    int mxu_choice;    /* TPU_MXU: a tpu_mxu_choice (kernels-impl.h) */
+    int num_devices;  /* TPU_NUM_DEVICES, 1..TPU_MAX_DEVICES (default 1) */
+    size_t hbm_bytes; /* TPU_HBM_BYTES, rounded down to 4 KiB (default 16 GiB) */
+    int num_workers;  /* TPU_NUM_WORKERS, 1..64; 0 = unset (online CPUs, at most 8) */
+    int mxu_choice;   /* TPU_MXU: a tpu_mxu_choice (kernels-impl.h) */
 } tpu_config;
 /* Parse the variables read through `get` (getenv, or a table in tests). A bad
  * value: TPU_ERROR_INVALID_VALUE naming each bad variable, its value and what
