@@ -162,9 +162,12 @@ static int64_t LA_F(getrf)(int64_t m, int64_t n, LA_T *a, int64_t lda, int32_t *
         } else if (info == 0) {
             info = j + 1;
         }
-        for (int64_t q = j + 1; q < n; q++) { /* rank-1 update of the trailing matrix */
+        /* rank-1 update of the trailing matrix, each element in one rounding
+         * (fused multiply-add), as LAPACK over an FMA BLAS (MKL on AVX2 and
+         * AVX-512 hosts) rounds it */
+        for (int64_t q = j + 1; q < n; q++) {
             LA_T *cq = a + q * lda, t = -cq[j];
-            for (int64_t i = j + 1; i < m; i++) cq[i] += cj[i] * t;
+            for (int64_t i = j + 1; i < m; i++) cq[i] = LA_FMA(cj[i], t, cq[i]);
         }
     }
     return info;

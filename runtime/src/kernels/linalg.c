@@ -19,14 +19,18 @@
 
 #define LA_T    float
 #define LA_F(n) n##_f
+#define LA_FMA  fmaf
 #include "kernels/linalg-tmpl.h"
 #undef LA_T
 #undef LA_F
+#undef LA_FMA
 #define LA_T    double
 #define LA_F(n) n##_d
+#define LA_FMA  fma
 #include "kernels/linalg-tmpl.h"
 #undef LA_T
 #undef LA_F
+#undef LA_FMA
 
 typedef struct la_plan {
     tpu_kargs *a;
