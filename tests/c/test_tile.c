@@ -107,6 +107,34 @@ static void test_bf16_vectors(void) {
     CHECK_MSG(bad == 0, "%d bf16 stores differ", bad);
 }
 
+/* Contiguous float32 -> bfloat16 rows: on an AVX512-BF16 host by
+ * vcvtneps2bf16, whose subnormal inputs read as zero, so blocks holding one
+ * take the integer path. Every 16-block here mixes the hard cases (subnormals
+ * of both signs, the smallest normal, NaNs, ties, values that round up to
+ * inf) with ordinary ones, and whole blocks of each kind run too. */
+static void test_bf16_row_store(void) {
+    enum { N = 4096 + 7 };
+    static float f[N];
+    static uint16_t got[N];
+    const uint32_t hard[] = {0x00000001u, 0x807fffffu, 0x00400000u, 0x00800000u, 0x7f800001u, 0xffc01234u,
+                             0x7f800000u, 0x3f808000u, 0x3f818000u, 0x7f7fffffu, 0x80000000u, 0x00000000u};
+    int bad = 0;
+    for (int round = 0; round < 3; round++) {
+        uint32_t x = 12345u + (uint32_t)round;
+        for (int i = 0; i < N; i++) {
+            x = x * 1664525u + 1013904223u;
+            bool hard_here = round == 0 ? (i % 16 == 5) : round == 1 ? (i / 16) % 2 == 0 : false;
+            f[i] = u2f(hard_here ? hard[(x >> 8) % (sizeof hard / sizeof hard[0])] : x);
+        }
+        tpu_tile_store_f32(got, 1, f, N, TPU_BF16);
+        for (int i = 0; i < N; i++)
+            if (got[i] != tpu_f32_to_bf16(f[i]) && bad++ < 5)
+                CHECK_MSG(0, "float %08x: got bf16 %04x, want %04x", f2u(f[i]), got[i], tpu_f32_to_bf16(f[i]));
+    }
+    CHECK(bad == 0);
+    if (!(tpu_cpu_features() & TPU_CPU_AVX512BF16)) printf("  vcvtneps2bf16 row path: SKIPPED (no AVX512-BF16)\n");
+}
+
 /* ---- rows ---- */
 
 #define SENT 0x5a
@@ -283,6 +311,7 @@ int main(void) {
     RUN_TEST(test_f16_to_f32_all);
     RUN_TEST(test_f32_to_f16);
     RUN_TEST(test_bf16_vectors);
+    RUN_TEST(test_bf16_row_store);
     RUN_TEST(test_row_loads);
     RUN_TEST(test_row_stores);
     RUN_TEST(test_row_tables);
