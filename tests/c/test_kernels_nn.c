@@ -1301,9 +1301,10 @@ static void gemm_case(tpu_dtype dt, int prec, int64_t nb, int64_t M, int64_t N, 
 }
 
 /* Shapes around the units' tiles (AVX2 6x16, AVX-512 / portable 8x32, k
- * blocks of 256, pairs of k for bf16), the task split, and the small-M
- * path's two layouts of B (contiguous rows, contiguous columns: L_PERM with
- * one batch). */
+ * blocks of 256, pairs of k for bf16), the task split, and both layouts of B
+ * in the small-M path and the packing (contiguous rows; contiguous columns:
+ * L_PERM with one batch, packed as a transpose, 16 x 16 words at a time on
+ * AVX-512, with odd K's half pairs and partial panels). */
 static void test_matmul_vs_ref(void) {
     /* M, N, K; from {1, 70, 300} on, the small-M path (M <= 8): k and column
      * tails, k split into ranges, chunks of columns; then several k blocks
@@ -1323,6 +1324,8 @@ static void test_matmul_vs_ref(void) {
             gemm_case(float_dtypes[di], 0, nb, s[0], s[1], s[2], L_CONTIG, L_CONTIG, L_CONTIG, si % 4);
             gemm_case(float_dtypes[di], 0, nb, s[0], s[1], s[2], si & 1 ? L_PERM : L_PAD, L_PERM_PAD - (si & 1),
                       si % 3 == 2 ? L_PERM : L_PAD, (si + 1) % 4);
+            /* B's columns contiguous (x @ W.T): packed as a transpose of W's rows */
+            gemm_case(float_dtypes[di], 0, 1, s[0], s[1], s[2], L_CONTIG, L_PERM, L_CONTIG, (si + 2) % 4);
         }
     /* fp32 at "high" (three bf16 passes) and "medium" (one). */
     for (int prec = 1; prec <= 2; prec++)

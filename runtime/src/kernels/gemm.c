@@ -373,6 +373,49 @@ static const float *b_row(const gemm_job *j, int64_t k, int64_t c0, int64_t n, f
     return buf;
 }
 
+/* out[r * nr + q] = word r at w[q] (r < wv, w[q] not NULL), else 0, for
+ * r < rows, q < nr: a transpose of 32-bit words (w[q]: 2-byte aligned at
+ * least), 16 x 16 blocks at a time on AVX-512. */
+__attribute__((target("avx512f"))) static void transpose16_avx512(const char *const *w, int64_t r0, uint32_t *out,
+                                                                  int nr) {
+    __m512i r[16], t[16];
+    for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_si512(w[i] + 4 * r0);
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) { /* r[4i + c], lane L: rows 4i..4i+3 of column 4L + c */
+        r[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+        r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+        r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+        r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+    }
+    for (int c = 0; c < 4; c++) { /* a 4 x 4 transpose of 128-bit lanes */
+        __m512i u0 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0x44), u1 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0xee);
+        __m512i u2 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0x44),
+                u3 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0xee);
+        _mm512_storeu_si512(out + (4 * 0 + c) * nr, _mm512_shuffle_i32x4(u0, u2, 0x88));
+        _mm512_storeu_si512(out + (4 * 1 + c) * nr, _mm512_shuffle_i32x4(u0, u2, 0xdd));
+        _mm512_storeu_si512(out + (4 * 2 + c) * nr, _mm512_shuffle_i32x4(u1, u3, 0x88));
+        _mm512_storeu_si512(out + (4 * 3 + c) * nr, _mm512_shuffle_i32x4(u1, u3, 0xdd));
+    }
+}
+
+static void pack_words(uint32_t *out, int nr, const char *const *w, int64_t wv, int64_t rows) {
+    int64_t rv = 0; /* rows done by blocks, for every q */
+    bool full = true;
+    for (int q = 0; q < nr; q++) full = full && w[q];
+    if (full && nr % 16 == 0 && (tpu_cpu_features() & TPU_CPU_AVX512F)) {
+        for (; rv + 16 <= wv; rv += 16)
+            for (int q0 = 0; q0 < nr; q0 += 16) transpose16_avx512(w + q0, rv, out + rv * nr + q0, nr);
+    }
+    for (int q = 0; q < nr; q++)
+        for (int64_t r = rv; r < rows; r++) {
+            out[r * nr + q] = 0;
+            if (w[q] && r < wv) memcpy(&out[r * nr + q], w[q] + 4 * r, 4);
+        }
+}
+
 #define PACK_CHUNK 64 /* panels packed a row of B at a time, when B's rows are contiguous */
 
 /* Pack B panels [pb, pe) of every k-block (parallel over panels): PACK_CHUNK
@@ -404,6 +447,26 @@ static void pack_b_panels(void *ctx, int64_t pb, int64_t pe) {
                                 out[q] = (uint32_t)(r0 && off + q < n ? r0[off + q] : 0) |
                                          ((uint32_t)(r1 && off + q < n ? r1[off + q] : 0) << 16);
                     }
+                }
+            } else if (!j->cv && j->B.rs == 1 && j->B.cs != 1 && c->part == 0 &&
+                       (j->u->pairs ? j->B.dt == TPU_BF16 : j->B.dt == TPU_F32 && !j->round_b)) {
+                /* B's columns contiguous along k (x @ W.T: the rows of W) and
+                 * already of the unit's type: a panel is a transpose of 32-bit
+                 * words, a bf16 (k, k+1) pair being one word of a row of W */
+                int64_t kv = j->K - k0 < kc ? j->K - k0 : kc; /* valid k of the block */
+                int step = j->u->pairs ? 2 : 1;
+                for (int64_t p = cb; p < ce; p++) {
+                    int64_t off = (p - cb) * nr;
+                    const char *w[NR_MAX];
+                    for (int q = 0; q < nr; q++) w[q] = off + q < n ? mat_ptr(&j->B, k0, c0 + off + q) : NULL;
+                    uint32_t *out = (uint32_t *)c->dst + bpack_index(j, kb, p);
+                    pack_words(out, nr, w, kv / step, kc / step);
+                    if (step == 2 && kv % 2) /* an odd K's last k: the low half of a pair */
+                        for (int q = 0; q < nr; q++) {
+                            uint16_t h = 0;
+                            if (w[q]) memcpy(&h, w[q] + 2 * (kv - 1), 2);
+                            out[(kv / 2) * nr + q] = h;
+                        }
                 }
             } else if (j->u->pairs) {
                 for (int64_t k = 0; k < kc; k += 2) {
