@@ -6,11 +6,9 @@
  * elements: the first two have fixed trip counts, which gcc -O2's very-cheap
  * vectorizer cost model requires (no runtime alias checks, no epilogue). */
 #include "kernels/tile-impl.h"
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#endif
 
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
 #define TILE_CLONES TPU_TARGET_CLONES
 #else
 #define TILE_CLONES
