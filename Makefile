@@ -17,7 +17,7 @@ TSAN    := -O1 -g -fsanitize=thread
 C_TESTS := $(patsubst tests/c/%.c,%,$(wildcard tests/c/test_*.c))
 
 .PHONY: all setup build runtime ctest-bins ctest ctest-tsan pytest test run run-dist bench bench-dist fuzz lint format-check format clean \
-	conformance-models conformance-ops ctest-serial
+	conformance-models conformance-ops ctest-serial launch-cost
 
 all: build
 
@@ -139,6 +139,11 @@ bench: build
 	$(PY) -m torch_tpu.bench.dist --update-readme
 
 # Only the distributed rows (tpu_dist beside Gloo); rewrites their README table.
+# The runtime's own cost per small op (malloc, launch, free, sync), no torch: benchmarks/launch_cost.c.
+launch-cost: build/libtpurt.a
+	$(CC) $(CFLAGS_RT) $(OPT) benchmarks/launch_cost.c build/libtpurt.a -lm -o build/launch_cost
+	build/launch_cost
+
 bench-dist: build
 	$(PY) -m torch_tpu.bench.dist --update-readme
 

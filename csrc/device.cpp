@@ -145,11 +145,50 @@ bool code_is_lib_gil(PyCodeObject* code) {
   return false;
 }
 
+// This thread's copies of what the maps above hold, direct-mapped, read
+// without the lock: every launch asks, and a loop asks the same few sites.
+// An entry is only ever a copy of a map entry, and the maps never change an
+// entry nor free a code object they hold, so a hit is what the maps say.
+constexpr size_t kTlsWays = 256;
+struct TlsLib {
+  const void* code;
+  bool lib;
+};
+struct TlsSite {
+  const void* code;
+  int lasti;
+  uint32_t id;
+};
+thread_local TlsLib t_lib[kTlsWays];
+thread_local TlsSite t_site[kTlsWays];
+size_t tls_slot(const void* code, int lasti = 0) {
+  return ((reinterpret_cast<uintptr_t>(code) >> 4) * 31 + static_cast<unsigned>(lasti)) % kTlsWays;
+}
+
+uint32_t python_site_locked(const Frame311* inner);
+
 uint32_t python_site() {
   if (!Py_IsInitialized()) return 0;
   PyThreadState* ts = PyGILState_GetThisThreadState();
   if (!ts || !ts->cframe || !ts->cframe->current_frame) return 0;  // (autograd's backward threads)
   const Frame311* inner = reinterpret_cast<const Frame311*>(ts->cframe->current_frame);
+  const Frame311* f = nullptr;
+  for (const Frame311* g = inner; g; g = g->previous) {
+    const TlsLib& e = t_lib[tls_slot(g->f_code)];
+    if (!g->f_code || e.code != g->f_code) return python_site_locked(inner);
+    if (!e.lib) {
+      f = g;
+      break;
+    }
+  }
+  if (!f || !f->prev_instr) return python_site_locked(inner);
+  int lasti = static_cast<int>(f->prev_instr - _PyCode_CODE(f->f_code));
+  const TlsSite& e = t_site[tls_slot(f->f_code, lasti)];
+  if (e.code == f->f_code && e.lasti == lasti) return e.id;
+  return python_site_locked(inner);
+}
+
+uint32_t python_site_locked(const Frame311* inner) {
   for (int attempt = 0; attempt < 2; attempt++) {
     const Frame311* f = inner;
     bool unknown = false;
@@ -161,6 +200,7 @@ uint32_t python_site() {
           unknown = true;
           break;
         }
+        t_lib[tls_slot(g->f_code)] = {g->f_code, it->second};
         if (!it->second) {
           f = g;
           break;
@@ -170,7 +210,10 @@ uint32_t python_site() {
         if (!f->f_code || !f->prev_instr) return 0;
         SiteKey key{f->f_code, static_cast<int>(f->prev_instr - _PyCode_CODE(f->f_code))};
         auto it = g_site_ids.find(key);
-        if (it != g_site_ids.end()) return it->second;
+        if (it != g_site_ids.end()) {
+          t_site[tls_slot(key.code, key.lasti)] = {key.code, key.lasti, it->second};
+          return it->second;
+        }
         if (g_site_text.size() >= kMaxSites) return 0;
       }
     }
@@ -240,6 +283,10 @@ namespace {
 }
 
 }  // namespace
+
+void synchronize_device(int64_t d) {
+  TPU_CHECK(tpu_device_synchronize(d < 0 ? tpu_device_current() : static_cast<int>(d)));
+}
 
 [[noreturn]] void throw_status(tpu_status s, const char* what) {
   if (s == TPU_ERROR_INTERRUPTED) throw_interrupted();
@@ -604,9 +651,7 @@ std::vector<int64_t> py_mem_info(int64_t d) {
   return {int64_t(f), int64_t(t)};
 }
 // d < 0: the current device (torch.tpu.synchronize() without an argument, one call from Python).
-void py_synchronize(int64_t d) {
-  TPU_CHECK(tpu_device_synchronize(d < 0 ? tpu_device_current() : static_cast<int>(d)));
-}
+void py_synchronize(int64_t d) { synchronize_device(d); }
 void py_set_device(int64_t d) { TPU_CHECK(tpu_device_set(static_cast<int>(d))); }
 int64_t py_current_device() { return tpu_device_current(); }
 

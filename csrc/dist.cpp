@@ -672,4 +672,8 @@ PYBIND11_MODULE(_C, m) {
             c10::make_intrusive<at::tpu::TpuBackend>(store, rank, size, std::chrono::milliseconds(timeout_ms), g));
       },
       py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout_ms"), py::arg("gloo") = py::none());
+  // torch.tpu.synchronize's entry: torch.ops.torch_tpu.synchronize without the dispatcher's boxing. The GIL is
+  // released while it waits, as a torch.ops call releases it: other Python threads (a timer sending SIGINT)
+  // keep running; the interrupt check takes it back to run the signal handlers.
+  m.def("_synchronize", &at::tpu::synchronize_device, py::call_guard<py::gil_scoped_release>());
 }

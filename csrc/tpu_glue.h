@@ -36,6 +36,8 @@ namespace at::tpu {
 // Raise the PyTorch exception matching a runtime failure (OOM ->
 // torch.OutOfMemoryError; unsupported -> NotImplementedError; else RuntimeError).
 [[noreturn]] void throw_status(tpu_status s, const char* what);
+// Finish device d's work (d < 0: the current device); its errors raise as throw_status does.
+void synchronize_device(int64_t d);
 
 #define TPU_CHECK(expr)                                                           \
   do {                                                                            \

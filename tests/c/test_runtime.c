@@ -167,6 +167,49 @@ static void test_stream_order(void) {
     CHECK_OK(tpu_free(d));
 }
 
+/* Strict Eager runs a small kernel on the launching thread only when its
+ * stream is idle: behind queued work it queues (and so reads what that work
+ * wrote), and past the queue's depth of small launches every one still runs
+ * once, in order (the queue recycles its command blocks). */
+static void test_small_kernels_keep_order(void) {
+    int64_t big = 1 << 22, n = 16;
+    void *d, *o;
+    CHECK_OK(tpu_malloc(0, big * 4, NULL, &d));
+    CHECK_OK(tpu_malloc(0, n * 4, NULL, &o));
+    fill_f32(d, big, 0, NULL);
+    CHECK_OK(tpu_device_synchronize(0));
+    for (int round = 0; round < 3; round++) {
+        fill_f32(d, big, 7 + round, NULL); /* 4M elements: queued to the worker */
+        tpu_tensor t[3];
+        tpu_tensor_contiguous(&t[0], o, TPU_F32, 1, &n);
+        tpu_tensor_contiguous(&t[1], d, TPU_F32, 1, &n); /* the first 16 elements of d */
+        t[1].nbytes = (size_t)big * 4;
+        t[2] = tpu_tensor_scalar_f(1.0, TPU_F32);
+        tpu_params p = {.f = {1.0}, .compute_dtype = TPU_F32};
+        CHECK_OK(tpu_launch(NULL, TPU_OP_ADD, t, 3, &p)); /* small: must wait for the fill */
+        float *r = dev_to_host_f32(o, n);
+        CHECK_MSG(r[0] == 8.0f + round && r[n - 1] == 8.0f + round, "round %d: got %f", round, r[0]);
+        free(r);
+    }
+    /* Many more small launches than the queue holds, half of them behind a big one. */
+    fill_f32(o, n, 0, NULL);
+    tpu_tensor t[3];
+    tpu_tensor_contiguous(&t[0], o, TPU_F32, 1, &n);
+    t[1] = t[0];
+    t[2] = tpu_tensor_scalar_f(1.0, TPU_F32);
+    tpu_params p = {.f = {1.0}, .compute_dtype = TPU_F32};
+    int total = 3 * TPU_STREAM_QUEUE_DEPTH;
+    for (int i = 0; i < total; i++) {
+        if (i % 700 == 0) fill_f32(d, big, i, NULL);
+        CHECK_OK(tpu_launch(NULL, TPU_OP_ADD, t, 3, &p));
+    }
+    float *r = dev_to_host_f32(o, n);
+    CHECK_MSG(r[0] == (float)total && r[n - 1] == (float)total, "got %f, expected %d", r[0], total);
+    free(r);
+    CHECK_OK(tpu_free(d));
+    CHECK_OK(tpu_free(o));
+}
+
 static _Atomic int flag;
 static void slow_cb(void *u) {
     (void)u;
@@ -956,6 +999,7 @@ int main(int argc, char **argv) {
     RUN_TEST(test_devices);
     RUN_TEST(test_alloc_reuse_and_stats);
     RUN_TEST(test_stream_order);
+    RUN_TEST(test_small_kernels_keep_order);
     RUN_TEST(test_events);
     RUN_TEST(test_stream_ordered_reuse);
     RUN_TEST(test_threads);

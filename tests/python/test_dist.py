@@ -562,13 +562,14 @@ def test_torchrun_two_ranks_default_backend(tmp_path):
     import sys
     script = tmp_path / "job.py"
     script.write_text(
-        "import os, torch, torch.distributed as dist\n"
+        "import os, sys, torch, torch.distributed as dist\n"
         "dist.init_process_group()\n"
         "torch.tpu.set_device(int(os.environ['LOCAL_RANK']) % torch.tpu.device_count())\n"
         "t = torch.ones(3, device='tpu') * (dist.get_rank() + 1)\n"
         "dist.all_reduce(t)\n"
         "assert t.cpu().tolist() == [3.0] * 3, t\n"
-        "print('rank', dist.get_rank(), 'ok', flush=True)\n"
+        # one write per line: torchrun's ranks share the pipe unbuffered, and print's pieces interleave
+        "sys.stdout.write(f'rank {dist.get_rank()} ok\\n'); sys.stdout.flush()\n"
         "dist.destroy_process_group()\n")
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
     env = dict(os.environ, TPU_NUM_DEVICES="2", OMP_NUM_THREADS="1")

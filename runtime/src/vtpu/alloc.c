@@ -356,17 +356,8 @@ static block *lock_block(const void *devptr, struct tpu_alloc **a, tpu_status *s
     return find_block(*a, off);
 }
 
-/* Free block at devptr now; `pending`: an open window of its stream still
- * holds work on it (queued as the stream's next command at the flush). */
-static tpu_status free_now(void *devptr, bool pending) {
-    struct tpu_alloc *a;
-    tpu_status s;
-    block *b = lock_block(devptr, &a, &s);
-    if (!a) return s;
-    if (!b || !b->live) {
-        pthread_mutex_unlock(&a->mu);
-        return tpu_set_error(TPU_ERROR_INVALID_VALUE, "tpu_free: %p is not a live allocation", devptr);
-    }
+/* Free live block b (caller holds a->mu); returns the bytes never bound. */
+static size_t free_locked(struct tpu_alloc *a, block *b, bool pending) {
     b->live = false;
     b->free_seq = tpu_stream_enqueued(b->stream) + (pending ? 1 : 0);
     for (int k = 0; k < b->nuses; k++) b->use_seq[k] = tpu_stream_enqueued(b->use_stream[k]);
@@ -381,6 +372,21 @@ static tpu_status free_now(void *devptr, bool pending) {
     unsigned h = hash_size(b->size);
     b->fnext = a->free_bins[h];
     a->free_bins[h] = b;
+    return never;
+}
+
+/* Free block at devptr now; `pending`: an open window of its stream still
+ * holds work on it (queued as the stream's next command at the flush). */
+static tpu_status free_now(void *devptr, bool pending) {
+    struct tpu_alloc *a;
+    tpu_status s;
+    block *b = lock_block(devptr, &a, &s);
+    if (!a) return s;
+    if (!b || !b->live) {
+        pthread_mutex_unlock(&a->mu);
+        return tpu_set_error(TPU_ERROR_INVALID_VALUE, "tpu_free: %p is not a live allocation", devptr);
+    }
+    size_t never = free_locked(a, b, pending);
     pthread_mutex_unlock(&a->mu);
     if (never) tpu_fused_note_never(never);
     return TPU_OK;
@@ -393,6 +399,13 @@ tpu_status tpu_free(void *devptr) {
     tpu_status s;
     block *b = lock_block(devptr, &a, &s);
     if (!a) return s;
+    if (b && b->live && !b->nuses && !tpu_window_open(b->stream)) {
+        /* The common case (Strict Eager; nothing recorded on its stream): at once, one lock. */
+        size_t never = free_locked(a, b, false);
+        pthread_mutex_unlock(&a->mu);
+        if (never) tpu_fused_note_never(never);
+        return TPU_OK;
+    }
     tpu_stream_t stream = b && b->live ? b->stream : NULL;
     size_t bytes = b && b->live ? b->size : 0;
     bool fresh = b && b->live && b->deferred;
@@ -461,6 +474,20 @@ bool tpu_alloc_is_bound(const void *devptr) {
     return bound;
 }
 
+static tpu_status not_live(const void *devptr, size_t nbytes, const char *what, int k, bool live, size_t have) {
+    if (!live)
+        return tpu_set_error(TPU_ERROR_INVALID_VALUE,
+                             "%s: operand %d: %p is not the start of a live tpu allocation "
+                             "(freed, or a pointer into the middle of one)",
+                             what, k, devptr);
+    if (nbytes > have)
+        return tpu_set_error(TPU_ERROR_INVALID_VALUE,
+                             "%s: operand %d: storage of %zu bytes claimed, but the "
+                             "allocation at %p holds %zu bytes",
+                             what, k, nbytes, devptr, have);
+    return TPU_OK;
+}
+
 /* The storage [devptr, devptr + nbytes) must be a live block of at least
  * nbytes (requested size): see view.c. */
 tpu_status tpu_alloc_check_live(const void *devptr, size_t nbytes, const char *what, int k) {
@@ -474,16 +501,26 @@ tpu_status tpu_alloc_check_live(const void *devptr, size_t nbytes, const char *w
     bool live = b && b->live;
     size_t have = live ? b->requested : 0;
     pthread_mutex_unlock(&a->mu);
-    if (!live)
-        return tpu_set_error(TPU_ERROR_INVALID_VALUE,
-                             "%s: operand %d: %p is not the start of a live tpu allocation "
-                             "(freed, or a pointer into the middle of one)",
-                             what, k, devptr);
-    if (nbytes > have)
-        return tpu_set_error(TPU_ERROR_INVALID_VALUE,
-                             "%s: operand %d: storage of %zu bytes claimed, but the "
-                             "allocation at %p holds %zu bytes",
-                             what, k, nbytes, devptr, have);
+    return not_live(devptr, nbytes, what, k, live, have);
+}
+
+tpu_status tpu_alloc_check_live_all(int dev, const tpu_tensor *t, int n, const char *what) {
+    tpu_chip *c;
+    tpu_status s = tpu_chip_get(dev, &c);
+    if (s) return s;
+    struct tpu_alloc *a = c->alloc;
+    bool live[TPU_MAX_OPERANDS];
+    size_t have[TPU_MAX_OPERANDS];
+    pthread_mutex_lock(&a->mu);
+    for (int k = 0; k < n; k++) {
+        if (t[k].is_scalar || !t[k].base) continue;
+        block *b = find_block(a, tpu_devaddr_offset(t[k].base));
+        live[k] = b && b->live;
+        have[k] = live[k] ? b->requested : 0;
+    }
+    pthread_mutex_unlock(&a->mu);
+    for (int k = 0; k < n; k++)
+        if (!t[k].is_scalar && t[k].base && (s = not_live(t[k].base, t[k].nbytes, what, k, live[k], have[k]))) return s;
     return TPU_OK;
 }
 

@@ -17,15 +17,27 @@
  * (stream, seq) is the one synchronization currency.
  *
  * A queue holds at most TPU_STREAM_QUEUE_DEPTH commands; a launching thread
- * that finds it full sleeps until one completes (CUDA's launch queue does the
- * same). The worker spins briefly before sleeping: waking a sleeping thread
- * costs tens of microseconds, more than a small kernel. Waiters spin the same
- * way, run queued commands themselves while the worker sleeps, then sleep in
- * 50 ms slices between which they ask the interrupt check (the glue's: "did
- * the user press Ctrl-C?"). An interrupted wait returns TPU_ERROR_INTERRUPTED
- * and the work keeps running; a copy whose own caller gave up waiting is
- * cancelled instead, because its host buffer may be gone once the caller
- * unwinds.
+ * that finds it full sleeps until half of them have completed (CUDA's launch
+ * queue blocks the same way; waking it for every completion would cost a
+ * futex round trip per small kernel). The worker spins briefly before
+ * sleeping: waking a sleeping thread costs tens of microseconds, more than a
+ * small kernel. Waiters spin the same way, run queued commands themselves
+ * while the worker sleeps, then sleep in 50 ms slices between which they ask
+ * the interrupt check (the glue's: "did the user press Ctrl-C?"). A sleeper
+ * posts the sequence number it waits for in `wake_at` (the smallest posted
+ * wins; a woken sleeper that is not done posts its own again), and the
+ * worker takes the lock to wake sleepers only once `completed` reaches it, so
+ * a completion nobody waits for costs one atomic add. An interrupted wait
+ * returns TPU_ERROR_INTERRUPTED and the work keeps running; a copy whose own
+ * caller gave up waiting is cancelled instead, because its host buffer may
+ * be gone once the caller unwinds.
+ *
+ * Commands are a few KB (a kernel's operand block). A finished one goes to
+ * its queue's spare list (under the lock the worker takes anyway to pop the
+ * next) and the next kernel launch on that queue copies its arguments into
+ * it under the lock it takes anyway to queue: no malloc / free pair per
+ * launch crossing threads, which glibc serves from its arena with page
+ * faults once a thousand of them are in flight.
  *
  * A failing kernel's error is stored on its queue (first error wins) and
  * returned once by the next synchronizing call; later commands still run.
@@ -40,6 +52,8 @@
 #define NQUEUES    (1 + 2 * TPU_STREAM_POOL_SIZE) /* default, low pool, high pool */
 #define SPIN_ITERS 4000                           /* ~50 us of pause: longer spins steal one of our two cores */
 #define SLICE_NS   50000000                       /* a sleeping host wait checks for interrupts this often */
+#define MAX_SPARES TPU_STREAM_QUEUE_DEPTH         /* finished commands a queue keeps (a full queue: ~4 MB) */
+#define NO_WAKE    UINT64_MAX
 
 struct tpu_stream {
     int dev;
@@ -52,7 +66,9 @@ struct tpu_stream {
     uint64_t enqueued;             /* guarded by mu */
     _Atomic uint64_t enqueued_pub; /* readable without the lock */
     _Atomic uint64_t completed;
-    int sleepers; /* threads waiting on cv_done */
+    _Atomic uint64_t wake_at; /* smallest seq a sleeper on cv_done waits for (NO_WAKE: none); set under mu */
+    tpu_cmd *spares;          /* finished commands for reuse (guarded by mu) */
+    int nspares;
     bool worker_sleeping, started;
     pthread_t thread;
     tpu_status err; /* sticky asynchronous error */
@@ -118,10 +134,10 @@ static void set_sticky(tpu_stream_t s, tpu_status st, const char *msg) {
 }
 
 /* Run a kernel; on failure format "tpu kernel 'op' failed: ..." into full. */
-static tpu_status run_kernel(tpu_cmd *c, char *full, size_t n) {
-    tpu_status st = tpu_kernel_run(&c->u.k);
+static tpu_status run_kernel(tpu_kargs *a, char *full, size_t n) {
+    tpu_status st = tpu_kernel_run(a);
     if (st) {
-        tpu_kernel_failure_text(&c->u.k, st, full, n);
+        tpu_kernel_failure_text(a, st, full, n);
         return TPU_ERROR_KERNEL;
     }
     return TPU_OK;
@@ -137,7 +153,7 @@ static void run_cmd(tpu_stream_t s, tpu_cmd *c) {
     switch (c->kind) {
     case TPU_CMD_KERNEL: {
         char full[512];
-        if (run_kernel(c, full, sizeof full)) set_sticky(s, TPU_ERROR_KERNEL, full);
+        if (run_kernel(&c->u.k, full, sizeof full)) set_sticky(s, TPU_ERROR_KERNEL, full);
         break;
     }
     case TPU_CMD_COPY:
@@ -167,11 +183,35 @@ static void run_cmd(tpu_stream_t s, tpu_cmd *c) {
     }
 }
 
-/* One more command of `s` has run: publish it and wake waiting threads. */
+/* One more command of `s` has run: publish it and wake the threads waiting
+ * for it. Both sides are sequentially consistent: a sleeper posts wake_at
+ * and then reads completed, the worker bumps completed and then reads
+ * wake_at, so at least one of them sees the other (no lost wake-up); the
+ * sleeper holds mu from its post until it waits, so the broadcast, which
+ * takes mu, finds it waiting. */
 static void mark_done(tpu_stream_t s) {
-    atomic_fetch_add_explicit(&s->completed, 1, memory_order_release);
+    uint64_t n = atomic_fetch_add(&s->completed, 1) + 1;
+    if (atomic_load(&s->wake_at) > n) return;
     pthread_mutex_lock(&s->mu);
-    if (s->sleepers) pthread_cond_broadcast(&s->cv_done);
+    atomic_store(&s->wake_at, NO_WAKE); /* the woken that are not done post theirs again */
+    pthread_cond_broadcast(&s->cv_done);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Keep a finished command for reuse, or free it (caller holds mu). */
+static void spare_locked(tpu_stream_t s, tpu_cmd *c) {
+    if (s->nspares >= MAX_SPARES) {
+        free(c);
+        return;
+    }
+    c->next = s->spares;
+    s->spares = c;
+    s->nspares++;
+}
+
+static void release_cmd(tpu_stream_t s, tpu_cmd *c) {
+    pthread_mutex_lock(&s->mu);
+    spare_locked(s, c);
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -184,16 +224,16 @@ static tpu_cmd *pop_locked(tpu_stream_t s) {
 }
 
 /* Run a popped command in stream order: a command run inline by a launching
- * or helping thread may still be finishing. */
+ * or helping thread may still be finishing. The caller releases c. */
 static void run_popped(tpu_stream_t s, tpu_cmd *c) {
     while (completed_of(s) + 1 < c->seq) __builtin_ia32_pause();
     run_cmd(s, c);
-    free(c);
     mark_done(s);
 }
 
 static void *worker_main(void *arg) {
     tpu_stream_t s = arg;
+    tpu_cmd *done = NULL; /* released under the next pop's lock */
     for (;;) {
         /* Spin a little for new work before taking the lock and sleeping. */
         for (int i = 0; i < SPIN_ITERS; i++) {
@@ -203,6 +243,8 @@ static void *worker_main(void *arg) {
             __builtin_ia32_pause();
         }
         pthread_mutex_lock(&s->mu);
+        if (done) spare_locked(s, done);
+        done = NULL;
         while (!s->head) {
             s->worker_sleeping = true;
             pthread_cond_wait(&s->cv_work, &s->mu);
@@ -211,6 +253,7 @@ static void *worker_main(void *arg) {
         tpu_cmd *c = pop_locked(s);
         pthread_mutex_unlock(&s->mu);
         run_popped(s, c);
+        done = c;
     }
     return NULL;
 }
@@ -221,13 +264,21 @@ static void queue_init(tpu_stream_t s, int dev, int64_t id, int priority) {
     s->dev = dev;
     s->id = id;
     s->priority = priority;
-    pthread_mutex_init(&s->mu, NULL);
+    /* Adaptive: the launching thread and the worker take it once per
+     * command each, for a few dozen instructions; spinning briefly on a
+     * held lock beats a futex sleep and wake-up. */
+    pthread_mutexattr_t ma;
+    pthread_mutexattr_init(&ma);
+    pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_ADAPTIVE_NP);
+    pthread_mutex_init(&s->mu, &ma);
+    pthread_mutexattr_destroy(&ma);
     pthread_cond_init(&s->cv_work, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&s->cv_done, &ca);
     pthread_condattr_destroy(&ca);
+    atomic_init(&s->wake_at, NO_WAKE);
     tpu_window_init(&s->win);
 }
 
@@ -323,8 +374,9 @@ static tpu_status sleep_until_locked(tpu_stream_t s, uint64_t target, enum wait_
     struct timespec poll_at;
     clock_gettime(CLOCK_MONOTONIC, &poll_at);
     add_ns(&poll_at, SLICE_NS);
-    s->sleepers++;
-    while (completed_of(s) < target) {
+    for (;;) {
+        if (atomic_load(&s->wake_at) > target) atomic_store(&s->wake_at, target); /* (we hold mu) */
+        if (atomic_load(&s->completed) >= target) break;
         if (mode == WAIT_FULLY) {
             pthread_cond_wait(&s->cv_done, &s->mu);
             continue;
@@ -346,7 +398,6 @@ static tpu_status sleep_until_locked(tpu_stream_t s, uint64_t target, enum wait_
         }
         if (cancel_copy_locked(s, target)) break;
     }
-    s->sleepers--;
     return st;
 }
 
@@ -369,6 +420,7 @@ static void help_until(tpu_stream_t s, uint64_t seq) {
         pop_locked(s);
         pthread_mutex_unlock(&s->mu);
         run_popped(s, c);
+        release_cmd(s, c);
     }
 }
 
@@ -432,13 +484,8 @@ tpu_status tpu_stream_enqueue(tpu_stream_t s, tpu_cmd *c, uint64_t *seq) {
     return tpu_stream_enqueue_raw(s, c, seq);
 }
 
-tpu_status tpu_stream_enqueue_raw(tpu_stream_t s, tpu_cmd *c, uint64_t *seq) {
-    tpu_status st = tpu_check_fork();
-    if (st) {
-        free(c);
-        return st;
-    }
-    pthread_mutex_lock(&s->mu);
+/* Queue c (caller holds mu; on failure c is freed and mu still held). */
+static tpu_status enqueue_locked(tpu_stream_t s, tpu_cmd *c, uint64_t *seq) {
     if (!s->started) {
         pthread_attr_t at;
         pthread_attr_init(&at);
@@ -446,18 +493,17 @@ tpu_status tpu_stream_enqueue_raw(tpu_stream_t s, tpu_cmd *c, uint64_t *seq) {
         int rc = pthread_create(&s->thread, &at, worker_main, s);
         pthread_attr_destroy(&at);
         if (rc != 0) {
-            pthread_mutex_unlock(&s->mu);
             free(c);
             return tpu_set_error(TPU_ERROR_INTERNAL, "could not start the worker thread of tpu:%d queue %lld", s->dev,
                                  (long long)s->id);
         }
         s->started = true;
     }
-    /* Bounded queue: wait for room. A host callback queueing on its own
-     * queue is let through (waiting there would wait for itself). */
-    while (s->enqueued - completed_of(s) >= TPU_STREAM_QUEUE_DEPTH && !on_worker(s)) {
-        if (interrupted || sleep_until_locked(s, s->enqueued - TPU_STREAM_QUEUE_DEPTH + 1, WAIT_OR_INTERRUPT)) {
-            pthread_mutex_unlock(&s->mu);
+    /* Bounded queue: when full, wait until half of it has run. A host
+     * callback queueing on its own queue is let through (waiting there would
+     * wait for itself). */
+    if (s->enqueued - completed_of(s) >= TPU_STREAM_QUEUE_DEPTH && !on_worker(s)) {
+        if (interrupted || sleep_until_locked(s, s->enqueued - TPU_STREAM_QUEUE_DEPTH / 2, WAIT_OR_INTERRUPT)) {
             free(c);
             return interrupted_error(s);
         }
@@ -472,13 +518,53 @@ tpu_status tpu_stream_enqueue_raw(tpu_stream_t s, tpu_cmd *c, uint64_t *seq) {
     c->seq = n;
     atomic_store_explicit(&s->enqueued_pub, n, memory_order_release);
     if (s->worker_sleeping) pthread_cond_signal(&s->cv_work);
-    pthread_mutex_unlock(&s->mu);
     if (seq) *seq = n;
     return TPU_OK;
 }
 
-bool tpu_stream_try_inline(tpu_stream_t s, tpu_cmd *c, tpu_status *st) {
-    if (c->kind != TPU_CMD_KERNEL && c->kind != TPU_CMD_COPY) return false;
+tpu_status tpu_stream_enqueue_raw(tpu_stream_t s, tpu_cmd *c, uint64_t *seq) {
+    tpu_status st = tpu_check_fork();
+    if (st) {
+        free(c);
+        return st;
+    }
+    pthread_mutex_lock(&s->mu);
+    st = enqueue_locked(s, c, seq);
+    pthread_mutex_unlock(&s->mu);
+    return st;
+}
+
+/* The used part of a kernel's argument block: its operands, not all TPU_MAX_OPERANDS. */
+static void copy_kargs(tpu_kargs *dst, const tpu_kargs *a) {
+    memcpy(dst, a, offsetof(tpu_kargs, t) + (size_t)a->n * sizeof a->t[0]);
+    dst->err[0] = 0;
+}
+
+tpu_status tpu_stream_enqueue_kernel(tpu_stream_t s, const tpu_kargs *a) {
+    tpu_status st = tpu_check_fork();
+    if (!st) st = tpu_window_flush(s, TPU_FLUSH_EXPLICIT);
+    if (st) return st;
+    pthread_mutex_lock(&s->mu);
+    tpu_cmd *c = s->spares;
+    if (c) {
+        s->spares = c->next;
+        s->nspares--;
+    } else {
+        pthread_mutex_unlock(&s->mu);
+        if (!(c = malloc(sizeof *c))) return tpu_set_error(TPU_ERROR_OUT_OF_MEMORY, "out of host memory");
+        pthread_mutex_lock(&s->mu);
+    }
+    c->kind = TPU_CMD_KERNEL;
+    c->cancelled = false;
+    copy_kargs(&c->u.k, a);
+    st = enqueue_locked(s, c, NULL);
+    pthread_mutex_unlock(&s->mu);
+    return st;
+}
+
+/* Take the next sequence number for a command run on this thread, if `s`
+ * has nothing queued, running or recorded. */
+static bool inline_begin(tpu_stream_t s) {
     if (atomic_load_explicit(&s->win.n, memory_order_acquire)) return false; /* recorded work first: enqueue flushes */
     pthread_mutex_lock(&s->mu);
     if (s->head || completed_of(s) != s->enqueued || s->err) {
@@ -486,19 +572,48 @@ bool tpu_stream_try_inline(tpu_stream_t s, tpu_cmd *c, tpu_status *st) {
         return false;
     }
     uint64_t n = ++s->enqueued;
-    c->seq = n;
     atomic_store_explicit(&s->enqueued_pub, n, memory_order_release);
     pthread_mutex_unlock(&s->mu);
-    *st = TPU_OK;
+    return true;
+}
+
+static tpu_status inline_kernel(tpu_stream_t s, tpu_kargs *a) {
     char full[512];
+    tpu_status st = TPU_OK;
+    if (run_kernel(a, full, sizeof full)) st = tpu_set_error(TPU_ERROR_KERNEL, "%s", full);
+    mark_done(s);
+    return st;
+}
+
+bool tpu_stream_try_inline(tpu_stream_t s, tpu_cmd *c, tpu_status *st) {
+    if (c->kind != TPU_CMD_KERNEL && c->kind != TPU_CMD_COPY) return false;
+    if (!inline_begin(s)) return false;
     if (c->kind == TPU_CMD_KERNEL) {
-        if (run_kernel(c, full, sizeof full)) *st = tpu_set_error(TPU_ERROR_KERNEL, "%s", full);
+        *st = inline_kernel(s, &c->u.k);
     } else {
         memcpy(c->u.copy.dst, c->u.copy.src, c->u.copy.bytes);
+        *st = TPU_OK;
+        mark_done(s);
     }
-    free(c);
+    release_cmd(s, c);
+    return true;
+}
+
+bool tpu_stream_run_small(tpu_stream_t s, tpu_kargs *a) {
+    if (!inline_begin(s)) return false;
+    char full[512];
+    if (run_kernel(a, full, sizeof full))
+        set_sticky(s, TPU_ERROR_KERNEL, full); /* raised where a queued one would be */
     mark_done(s);
     return true;
+}
+
+tpu_status tpu_stream_run_kernel(tpu_stream_t s, tpu_kargs *a) {
+    tpu_status st = tpu_check_fork();
+    if (st) return st;
+    if (inline_begin(s)) return inline_kernel(s, a);
+    st = tpu_stream_enqueue_kernel(s, a);
+    return st ? st : tpu_stream_synchronize(s);
 }
 
 tpu_status tpu_stream_query(tpu_stream_t s) {

@@ -45,7 +45,10 @@ static tpu_status view_span(const char *what, int k, const tpu_tensor *t, int64_
     return TPU_OK;
 }
 
-tpu_status tpu_view_check(const char *what, int k, tpu_tensor *t, bool device, int *dev) {
+/* Everything but the allocator's live check and the translation; *skip: a
+ * scalar or an empty view (nothing more to check). */
+static tpu_status view_shape_check(const char *what, int k, tpu_tensor *t, bool device, int *dev, bool *skip) {
+    *skip = true;
     if (t->is_scalar) return TPU_OK;
     if ((unsigned)t->dtype >= TPU_DTYPE_COUNT)
         return tpu_set_error(TPU_ERROR_INVALID_VALUE, "%s: operand %d has unknown dtype %d", what, k, t->dtype);
@@ -60,6 +63,7 @@ tpu_status tpu_view_check(const char *what, int k, tpu_tensor *t, bool device, i
         t->base = NULL;
         return TPU_OK;
     }
+    *skip = false;
     size_t es = tpu_dtype_size((tpu_dtype)t->dtype);
     if (lo < 0 || (uint64_t)hi >= t->nbytes / es)
         return tpu_set_error(
@@ -80,8 +84,29 @@ tpu_status tpu_view_check(const char *what, int k, tpu_tensor *t, bool device, i
             "Expected all tensors to be on the same device, but found at least two devices, tpu:%d and tpu:%d!", *dev,
             d);
     *dev = d;
+    return TPU_OK;
+}
+
+tpu_status tpu_view_check(const char *what, int k, tpu_tensor *t, bool device, int *dev) {
+    bool skip;
+    tpu_status s = view_shape_check(what, k, t, device, dev, &skip);
+    if (s || skip || !device) return s;
     s = tpu_alloc_check_live(t->base, t->nbytes, what, k);
     if (s) return s;
     t->base = tpu_dev_to_host(t->base);
+    return TPU_OK;
+}
+
+tpu_status tpu_view_check_all(const char *what, tpu_tensor *t, int n, int *dev) {
+    bool skip[TPU_MAX_OPERANDS];
+    for (int k = 0; k < n; k++) {
+        tpu_status s = view_shape_check(what, k, &t[k], true, dev, &skip[k]);
+        if (s) return s;
+    }
+    if (*dev < 0) return TPU_OK; /* scalars and empty views only */
+    tpu_status s = tpu_alloc_check_live_all(*dev, t, n, what);
+    if (s) return s;
+    for (int k = 0; k < n; k++)
+        if (!skip[k]) t[k].base = tpu_dev_to_host(t[k].base);
     return TPU_OK;
 }

@@ -64,6 +64,10 @@ struct tpu_alloc *tpu_alloc_create(tpu_chip *chip);
 /* TPU_OK if devptr starts a live allocation holding at least nbytes. `what`
  * and `k` (operand index) name the caller in the error. */
 tpu_status tpu_alloc_check_live(const void *devptr, size_t nbytes, const char *what, int k);
+/* The same for the n (at most TPU_MAX_OPERANDS) device views of one launch on
+ * chip `dev`, under one lock of its allocator; scalars and empty views
+ * (base NULL) pass. */
+tpu_status tpu_alloc_check_live_all(int dev, const tpu_tensor *t, int n, const char *what);
 /* Fused Eager binds memory lazily: a block allocated in Fused Eager is
  * "deferred" (not counted as allocated, its pages never touched) until
  * something writes it or finds it alive: a flushed window that stores to
@@ -90,6 +94,8 @@ void *tpu_host_to_dev(int dev, const void *host);
  * address. *dev is the device seen so far (-1: none); a view on another
  * device is TPU_ERROR_DEVICE_MISMATCH. Scalars and empty views pass. */
 tpu_status tpu_view_check(const char *what, int k, tpu_tensor *t, bool device, int *dev);
+/* tpu_view_check of a launch's n device views, the allocator locked once for all. */
+tpu_status tpu_view_check_all(const char *what, tpu_tensor *t, int n, int *dev);
 
 /* Fused Eager windows (window.c). Each stream has one: in Fused Eager a
  * launch is recorded into its stream's window (a graph) instead of queued;
@@ -188,6 +194,8 @@ tpu_status tpu_window_record(tpu_stream_t s, const tpu_kargs *a);
 tpu_status tpu_window_flush(tpu_stream_t s, tpu_flush_cause cause);
 /* Flush every window of chip `dev` (every chip if dev < 0). */
 tpu_status tpu_windows_flush_dev(int dev, tpu_flush_cause cause);
+/* s's window holds recorded launches (a relaxed look: the caller decides what to lock). */
+bool tpu_window_open(tpu_stream_t s);
 /* If s's window is open, note the free of the block at device address
  * `devptr` there (fresh: not bound yet) and return true (*kernel_written: a
  * recorded launch that cannot fuse writes it); else false. */
@@ -255,6 +263,17 @@ int tpu_stream_queues(int dev, tpu_stream_t *out, int max);
  * the stream is busy. A failing kernel's error is returned in *st (and set as
  * the last error), not made sticky. */
 bool tpu_stream_try_inline(tpu_stream_t s, tpu_cmd *c, tpu_status *st);
+/* Queue a kernel launch: its arguments (a->n operands) are copied into a
+ * command block the queue recycles. Flushes the stream's window first. */
+tpu_status tpu_stream_enqueue_kernel(tpu_stream_t s, const tpu_kargs *a);
+/* Debug Eager's launch: run `a` on this thread if `s` is idle (errors
+ * returned here, not made sticky), else queue it and synchronize. */
+tpu_status tpu_stream_run_kernel(tpu_stream_t s, tpu_kargs *a);
+/* Strict Eager's launch of a small kernel: if `s` is idle, run it on this
+ * thread now (handing it to the worker costs more than it does) and return
+ * true; its error, if any, is made sticky, so it raises at the same later
+ * point as a queued kernel's. False: nothing was done. */
+bool tpu_stream_run_small(tpu_stream_t s, tpu_kargs *a);
 uint64_t tpu_stream_completed(tpu_stream_t s); /* acquire */
 uint64_t tpu_stream_enqueued(tpu_stream_t s);
 /* Set up chip `dev`'s fixed pool of hardware queues; returns its default

@@ -236,6 +236,11 @@ tpu_status tpu_flush(tpu_stream_t s) {
     return s ? tpu_window_flush(s, TPU_FLUSH_EXPLICIT) : tpu_windows_flush_dev(-1, TPU_FLUSH_EXPLICIT);
 }
 
+bool tpu_window_open(tpu_stream_t s) {
+    tpu_window *w = s ? tpu_stream_window(s) : NULL;
+    return w && atomic_load_explicit(&w->n, memory_order_acquire) != 0;
+}
+
 bool tpu_window_note_free(tpu_stream_t s, void *devptr, size_t bytes, bool fresh, bool *kernel_written) {
     tpu_window *w = s ? tpu_stream_window(s) : NULL;
     *kernel_written = false;
