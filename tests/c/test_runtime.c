@@ -150,16 +150,22 @@ static void test_copies_and_fill(void) {
 }
 
 /* Commands on one stream run in order: a chain of adds gives an exact count. */
+/* The arguments of `d[0:n] += 1` (float32): an add of d, d and the scalar 1. */
+static void incr_args(tpu_tensor t[3], tpu_params *p, void *d, int64_t *n) {
+    tpu_tensor_contiguous(&t[0], d, TPU_F32, 1, n);
+    t[1] = t[0];
+    t[2] = tpu_tensor_scalar_f(1.0, TPU_F32);
+    *p = (tpu_params){.f = {1.0}, .compute_dtype = TPU_F32};
+}
+
 static void test_stream_order(void) {
     int64_t n = 4096;
     void *d;
     CHECK_OK(tpu_malloc(0, n * 4, NULL, &d));
     fill_f32(d, n, 0, NULL);
     tpu_tensor t[3];
-    tpu_tensor_contiguous(&t[0], d, TPU_F32, 1, &n);
-    t[1] = t[0];
-    t[2] = tpu_tensor_scalar_f(1.0, TPU_F32);
-    tpu_params p = {.f = {1.0}, .compute_dtype = TPU_F32};
+    tpu_params p;
+    incr_args(t, &p, d, &n);
     for (int i = 0; i < 200; i++) CHECK_OK(tpu_launch(NULL, TPU_OP_ADD, t, 3, &p));
     float *r = dev_to_host_f32(d, n);
     CHECK_MSG(r[0] == 200.0f && r[n - 1] == 200.0f, "got %f", r[0]);
@@ -194,10 +200,8 @@ static void test_small_kernels_keep_order(void) {
     /* Many more small launches than the queue holds, half of them behind a big one. */
     fill_f32(o, n, 0, NULL);
     tpu_tensor t[3];
-    tpu_tensor_contiguous(&t[0], o, TPU_F32, 1, &n);
-    t[1] = t[0];
-    t[2] = tpu_tensor_scalar_f(1.0, TPU_F32);
-    tpu_params p = {.f = {1.0}, .compute_dtype = TPU_F32};
+    tpu_params p;
+    incr_args(t, &p, o, &n);
     int total = 3 * TPU_STREAM_QUEUE_DEPTH;
     for (int i = 0; i < total; i++) {
         if (i % 700 == 0) fill_f32(d, big, i, NULL);

@@ -146,8 +146,7 @@ static tpu_status do_copy(tpu_tensor dst, tpu_tensor src, tpu_copy_kind kind, tp
     bool must_wait = !async || (host_side && !pinned_host) || tpu_get_eager_mode() == TPU_EAGER_DEBUG;
     if (must_wait) {
         /* Idle stream: copy on this thread (no wake-up round trip), still in stream order. */
-        tpu_status cs;
-        if (tpu_stream_try_inline(stream, c, &cs)) return cs;
+        if (tpu_stream_try_inline_copy(stream, c)) return TPU_OK;
     }
     s = tpu_stream_enqueue(stream, c, &seq);
     if (s) return s;

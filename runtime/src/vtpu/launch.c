@@ -111,11 +111,8 @@ tpu_status tpu_launch(tpu_stream_t stream, tpu_op op, const tpu_tensor *operands
     else
         memset(&a->p, 0, sizeof a->p);
     int dev = -1;
-    int64_t elems = 0; /* all operands' elements: what a small kernel is */
     s = tpu_view_check_all(tpu_op_name(op), a->t, n, &dev);
     if (s) return s;
-    for (int k = 0; k < n; k++)
-        if (!a->t[k].is_scalar) elems += tpu_tensor_numel(&a->t[k]);
     s = tpu_op_check_dtypes(op, a->t, n, &a->p); /* the op's dtype rule (ops.def), before anything is queued */
     if (s) return s;
     if (!stream) stream = tpu_stream_current(dev >= 0 ? dev : tpu_device_current());
@@ -132,7 +129,10 @@ tpu_status tpu_launch(tpu_stream_t stream, tpu_op op, const tpu_tensor *operands
             if (!operands[k].is_scalar) tpu_alloc_materialize(operands[k].base);
     /* Debug Eager: run on this thread when the stream is idle (no wake-up round trip). */
     if (mode == TPU_EAGER_DEBUG) return tpu_stream_run_kernel(stream, a);
-    /* Strict Eager: a small kernel on an idle stream runs here too. */
+    /* Strict Eager: a small kernel (all operands' elements) on an idle stream runs here too. */
+    int64_t elems = 0;
+    for (int k = 0; k < n && elems <= TPU_INLINE_ELEMS; k++)
+        if (!a->t[k].is_scalar) elems += tpu_tensor_numel(&a->t[k]);
     if (elems <= TPU_INLINE_ELEMS && tpu_stream_run_small(stream, a)) return TPU_OK;
     return tpu_stream_enqueue_kernel(stream, a);
 }

@@ -264,14 +264,7 @@ static void queue_init(tpu_stream_t s, int dev, int64_t id, int priority) {
     s->dev = dev;
     s->id = id;
     s->priority = priority;
-    /* Adaptive: the launching thread and the worker take it once per
-     * command each, for a few dozen instructions; spinning briefly on a
-     * held lock beats a futex sleep and wake-up. */
-    pthread_mutexattr_t ma;
-    pthread_mutexattr_init(&ma);
-    pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_ADAPTIVE_NP);
-    pthread_mutex_init(&s->mu, &ma);
-    pthread_mutexattr_destroy(&ma);
+    pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv_work, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -585,16 +578,10 @@ static tpu_status inline_kernel(tpu_stream_t s, tpu_kargs *a) {
     return st;
 }
 
-bool tpu_stream_try_inline(tpu_stream_t s, tpu_cmd *c, tpu_status *st) {
-    if (c->kind != TPU_CMD_KERNEL && c->kind != TPU_CMD_COPY) return false;
-    if (!inline_begin(s)) return false;
-    if (c->kind == TPU_CMD_KERNEL) {
-        *st = inline_kernel(s, &c->u.k);
-    } else {
-        memcpy(c->u.copy.dst, c->u.copy.src, c->u.copy.bytes);
-        *st = TPU_OK;
-        mark_done(s);
-    }
+bool tpu_stream_try_inline_copy(tpu_stream_t s, tpu_cmd *c) {
+    if (c->kind != TPU_CMD_COPY || !inline_begin(s)) return false;
+    memcpy(c->u.copy.dst, c->u.copy.src, c->u.copy.bytes);
+    mark_done(s);
     release_cmd(s, c);
     return true;
 }

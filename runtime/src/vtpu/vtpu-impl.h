@@ -258,11 +258,11 @@ tpu_status tpu_stream_enqueue(tpu_stream_t s, tpu_cmd *c, uint64_t *seq);
 tpu_status tpu_stream_enqueue_raw(tpu_stream_t s, tpu_cmd *c, uint64_t *seq);
 /* Queues of chip `dev` (the default stream first); returns how many. */
 int tpu_stream_queues(int dev, tpu_stream_t *out, int max);
-/* Run `c` (a kernel or copy) on the calling thread if `s` has nothing queued
- * or running, keeping stream order; frees c. Returns false (c untouched) if
- * the stream is busy. A failing kernel's error is returned in *st (and set as
- * the last error), not made sticky. */
-bool tpu_stream_try_inline(tpu_stream_t s, tpu_cmd *c, tpu_status *st);
+/* Run copy `c` on the calling thread if `s` has nothing queued, running or
+ * recorded, keeping stream order; releases c. Returns false (c untouched)
+ * if the stream is busy or c is not a copy. (Kernels: tpu_stream_run_kernel
+ * and tpu_stream_run_small.) */
+bool tpu_stream_try_inline_copy(tpu_stream_t s, tpu_cmd *c);
 /* Queue a kernel launch: its arguments (a->n operands) are copied into a
  * command block the queue recycles. Flushes the stream's window first. */
 tpu_status tpu_stream_enqueue_kernel(tpu_stream_t s, const tpu_kargs *a);

@@ -204,7 +204,7 @@ tpu_status tpu_window_flush(tpu_stream_t s, tpu_flush_cause cause) {
     tpu_status st = tpu_stream_enqueue_raw(s, c, NULL);
     tpu_alloc_bind_all(dev); /* what is still alive exists now (an empty() nothing wrote included) */
     /* Empty only once the program is queued: a copy run inline on another
-     * thread (tpu_stream_try_inline) takes n == 0 with an idle queue to mean
+     * thread (tpu_stream_try_inline_copy) takes n == 0 with an idle queue to mean
      * that nothing recorded is still to run before it. */
     atomic_store_explicit(&w->n, 0, memory_order_release);
     pthread_mutex_unlock(&w->mu);
