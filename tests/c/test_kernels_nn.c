@@ -1062,6 +1062,123 @@ static void test_sort(void) {
     hfree(&ix);
 }
 
+/* ================= FFT ================= */
+
+/* The real view of a complex host tensor (view_as_real): float32 / float64
+ * with a last dim of 2; other dtypes as they are. Shares h's memory. */
+static hten hreal(const hten *h) {
+    hten r = *h;
+    if (!tpu_dtype_is_complex((tpu_dtype)h->t.dtype)) return r;
+    tpu_tensor *t = &r.t;
+    t->dtype = h->t.dtype == TPU_C64 ? TPU_F32 : TPU_F64;
+    for (int d = 0; d < t->ndim; d++) t->strides[d] *= 2;
+    t->sizes[t->ndim] = 2;
+    t->strides[t->ndim] = 1;
+    t->ndim++;
+    t->offset *= 2;
+    return r;
+}
+
+/* One launch of op, fast against the reference: in of sizes xs (n along
+ * dim; c2r: bins along dim), out with on points along dim. */
+static void fft_case(tpu_op op, tpu_dtype cdt, int nd, const int64_t *xs, int dim, int64_t on, int inverse,
+                     int layout) {
+    tpu_dtype rdt = cdt == TPU_C64 ? TPU_F32 : TPU_F64;
+    tpu_dtype idt = op == TPU_OP_FFT_R2C ? rdt : cdt, odt = op == TPU_OP_FFT_C2R ? rdt : cdt;
+    int64_t n = op == TPU_OP_FFT_C2R ? on : xs[dim];
+    snprintf(case_desc, sizeof case_desc, "%s %s nd %d dim %d n %lld out %lld inverse %d layout %d", tpu_op_name(op),
+             tpu_dtype_name(cdt), nd, dim, (long long)n, (long long)on, inverse, layout);
+    int64_t os[TPU_MAX_DIMS];
+    memcpy(os, xs, (size_t)nd * sizeof *os);
+    os[dim] = on;
+    hten x, o, orf;
+    hmk(&x, idt, nd, xs, layout);
+    hten xr = hreal(&x);
+    hfill(&xr, -1, 1);
+    hmk(&o, odt, nd, os, layout ^ L_PERM);
+    hclone(&orf, &o);
+    tpu_params p;
+    memset(&p, 0, sizeof p);
+    p.i[0] = dim;
+    p.i[1] = inverse;
+    p.f[0] = n > 0 ? 1.0 / sqrt((double)n) : 1.0;
+    tpu_tensor ops[2] = {o.t, x.t};
+    CHECK(run(false, op, ops, 2, &p, NULL) == TPU_OK);
+    ops[0] = orf.t;
+    CHECK(run(true, op, ops, 2, &p, NULL) == TPU_OK);
+    hten of = hreal(&o), orr = hreal(&orf);
+    hcmp(tpu_op_name(op), &of, &orr, 0, cdt == TPU_C64 ? 2e-6 : 1e-13);
+    hfree(&x);
+    hfree(&o);
+    hfree(&orf);
+}
+
+static void test_fft(void) {
+    /* radix 4, 2, 3, 5, general primes up to 61, Bluestein above (67, 97, 127, 1009) */
+    static const int64_t lens[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 17, 25, 30, 49, 60, 61, 64, 67, 97, 100, 127, 128,
+                                   210, 243, 256, 1009};
+    static const tpu_dtype cdts[] = {TPU_C64, TPU_C128};
+    for (size_t c = 0; c < 2; c++)
+        for (size_t k = 0; k < sizeof lens / sizeof *lens; k++) {
+            int64_t n = lens[k];
+            int64_t sh[3] = {2, n, 3};
+            if (n > 1000) sh[0] = sh[2] = 1;
+            int lay = (int)((c + k) % 4);
+            fft_case(TPU_OP_FFT_C2C, cdts[c], 3, sh, 1, n, (int)(k % 2), lay);
+            fft_case(TPU_OP_FFT_R2C, cdts[c], 3, sh, 1, n / 2 + 1, 0, lay);
+            if (k % 3 == 0) fft_case(TPU_OP_FFT_R2C, cdts[c], 3, sh, 1, n, 0, lay ^ 1); /* two-sided */
+            int64_t bins[3] = {2, n / 2 + 1 + (int64_t)(k % 2), 3};             /* c2r may get extra bins */
+            if (n > 1000) bins[0] = bins[2] = 1;
+            fft_case(TPU_OP_FFT_C2R, cdts[c], 3, bins, 1, n, 1, lay);
+        }
+    int64_t sh2[2] = {12, 5}; /* along dim 0 and along the last dim */
+    fft_case(TPU_OP_FFT_C2C, TPU_C64, 2, sh2, 0, 12, 0, L_PAD);
+    fft_case(TPU_OP_FFT_C2C, TPU_C128, 2, sh2, 1, 5, 1, L_PERM);
+    int64_t empty[2] = {0, 8};
+    fft_case(TPU_OP_FFT_C2C, TPU_C64, 2, empty, 1, 8, 0, L_CONTIG);
+
+    /* hand values: fft [1, 2, 3, 4] = [10, -2+2i, -2, -2-2i]; ifft of that (scale 1/4) gives them back */
+    snprintf(case_desc, sizeof case_desc, "fft hand values");
+    hten x, y, z;
+    hmk1(&x, TPU_C128, 4, L_CONTIG);
+    hmk1(&y, TPU_C128, 4, L_CONTIG);
+    hmk1(&z, TPU_F64, 4, L_CONTIG);
+    double *xv = (double *)x.t.base, *yv = (double *)y.t.base;
+    for (int i = 0; i < 4; i++) xv[2 * i] = i + 1, xv[2 * i + 1] = 0;
+    tpu_params p;
+    memset(&p, 0, sizeof p);
+    p.f[0] = 1;
+    tpu_tensor ops[2] = {y.t, x.t};
+    CHECK(run(false, TPU_OP_FFT_C2C, ops, 2, &p, NULL) == TPU_OK);
+    double want[8] = {10, 0, -2, 2, -2, 0, -2, -2};
+    for (int i = 0; i < 8; i++) CHECK_MSG(fabs(yv[i] - want[i]) < 1e-12, "fft [1,2,3,4] part %d: %g", i, yv[i]);
+    p.i[1] = 1;
+    p.f[0] = 0.25;
+    ops[0] = x.t;
+    ops[1] = y.t;
+    CHECK(run(false, TPU_OP_FFT_C2C, ops, 2, &p, NULL) == TPU_OK);
+    for (int i = 0; i < 4; i++) CHECK(fabs(xv[2 * i] - (i + 1)) < 1e-12 && fabs(xv[2 * i + 1]) < 1e-12);
+    /* c2r of the onesided spectrum [10, -2+2i, -2] (n = 4, scale 1/4): [1, 2, 3, 4] */
+    y.t.sizes[0] = 3;
+    ops[0] = z.t;
+    ops[1] = y.t;
+    CHECK(run(false, TPU_OP_FFT_C2R, ops, 2, &p, NULL) == TPU_OK);
+    for (int i = 0; i < 4; i++) CHECK(fabs(hget(&z, i) - (i + 1)) < 1e-12);
+    /* operand errors: mismatched dtypes, too few bins, a bad dim */
+    char err[256];
+    ops[0] = x.t; /* c2r into complex */
+    CHECK(run(false, TPU_OP_FFT_C2R, ops, 2, &p, err) == TPU_ERROR_KERNEL && strstr(err, "dtype"));
+    y.t.sizes[0] = 2;
+    ops[0] = z.t;
+    ops[1] = y.t;
+    CHECK(run(false, TPU_OP_FFT_C2R, ops, 2, &p, err) == TPU_ERROR_KERNEL && strstr(err, "points"));
+    p.i[0] = 1;
+    CHECK(run(true, TPU_OP_FFT_C2R, ops, 2, &p, err) == TPU_ERROR_KERNEL && strstr(err, "dim"));
+    hfree(&x);
+    hfree(&y);
+    hfree(&z);
+}
+
 /* ================= AdamW ================= */
 
 static void adamw_params(tpu_params *p, double lr, double wd, int64_t step) {
@@ -1531,6 +1648,7 @@ int main(void) {
     RUN_TEST(test_index_adv);
     RUN_TEST(test_histogram);
     RUN_TEST(test_sort);
+    RUN_TEST(test_fft);
     RUN_TEST(test_adam_variants);
     RUN_TEST(test_adamw_hand);
     RUN_TEST(test_adamw);

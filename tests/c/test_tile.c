@@ -199,7 +199,7 @@ static float ref_load_f32(const void *p, tpu_dtype dt) {
 
 /* Every dtype x stride x length. */
 static void each_row_case(void (*fn)(tpu_dtype dt, int64_t st, int64_t n)) {
-    for (int k = 0; k < TPU_DTYPE_COUNT; k++)
+    for (int k = 0; k < TPU_DTYPE_REAL_COUNT; k++)
         for (size_t si = 0; si < sizeof strides / sizeof *strides; si++)
             for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) fn((tpu_dtype)k, strides[si], lens[li]);
 }
@@ -275,7 +275,7 @@ static void test_row_stores(void) { each_row_case(row_stores_case); }
 /* The offset-table forms against the strided ones on a scrambled table. */
 static void test_row_tables(void) {
     int64_t off[MAXN];
-    for (int k = 0; k < TPU_DTYPE_COUNT; k++) {
+    for (int k = 0; k < TPU_DTYPE_REAL_COUNT; k++) {
         tpu_dtype dt = (tpu_dtype)k;
         int64_t n = 300;
         for (int64_t i = 0; i < n; i++) off[i] = (i * 7) % n; /* a permutation of [0, n) */

@@ -55,7 +55,7 @@ typedef enum tpu_op_class {
     X(EW, elementwise, ew) X(RED, reduce, red) X(SCAN, scan, scan) X(GEMM, gemm, gemm)         \
     X(SOFTMAX, softmax, softmax) X(LOSS, loss, loss) X(NORM, norm, norm) X(INDEX, index, index) \
     X(RANDOM, random, random) X(OPTIM, optim, optim) X(SHAPE, shape, shape) X(RNN, rnn, rnn)       \
-    X(SORT, sort, sort) X(LINALG, linalg, linalg)
+    X(SORT, sort, sort) X(LINALG, linalg, linalg) X(FFT, fft, fft)
 /* clang-format on */
 
 typedef enum tpu_op_family {
@@ -77,8 +77,16 @@ typedef enum tpu_dtype {
     TPU_I32,
     TPU_I64,
     TPU_BOOL,
+    TPU_C64,  /* complex64: interleaved (real, imag) float32 pairs */
+    TPU_C128, /* complex128: (real, imag) float64 pairs */
     TPU_DTYPE_COUNT
 } tpu_dtype;
+/* The real dtypes come first: kernels' dtype tables and the tile layer's
+ * loads and stores cover [0, TPU_DTYPE_REAL_COUNT). Complex tensors are
+ * computed on by the FFT family only; the glue copies, casts and fills them
+ * through their real views (view_as_real: a float tensor with a last dim of
+ * 2), which every real op takes. */
+#define TPU_DTYPE_REAL_COUNT TPU_C64
 
 /* A view of device memory (or a host scalar). All fields are values; `base`
  * is a borrowed device address of the whole storage. */
@@ -176,6 +184,7 @@ tpu_op_class tpu_op_class_of(tpu_op op);
 size_t tpu_dtype_size(tpu_dtype dt);
 const char *tpu_dtype_name(tpu_dtype dt);
 bool tpu_dtype_is_float(tpu_dtype dt);
+bool tpu_dtype_is_complex(tpu_dtype dt);
 
 /* Host-side helpers for building descriptors. */
 void tpu_tensor_contiguous(tpu_tensor *t, void *base, tpu_dtype dt, int ndim, const int64_t *sizes);

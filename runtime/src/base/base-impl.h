@@ -27,6 +27,7 @@ tpu_status tpu_set_error(tpu_status s, const char *fmt, ...) __attribute__((form
 #define DT_INT      ((1u << TPU_U8) | (1u << TPU_I8) | (1u << TPU_I16) | (1u << TPU_I32) | (1u << TPU_I64))
 #define DT_NUM      (DT_FLOAT | DT_INT)
 #define DT_ALL      (DT_NUM | DT_BOOL)
+#define DT_CPLX     ((1u << TPU_C64) | (1u << TPU_C128)) /* complex: the FFT family */
 #define DT_MASK     0xffffu
 #define DT_OUT      (1u << 16) /* the rule applies to output 0 */
 #define DT_IN_FLOAT (1u << 17) /* and every tensor input must be floating */

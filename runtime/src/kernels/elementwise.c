@@ -648,7 +648,7 @@ static tpu_status ew_setup_domain(ew_ctx *c, tpu_kargs *a) {
         return TPU_OK;
     }
     tpu_dtype cdt = (tpu_dtype)a->p.compute_dtype;
-    if ((unsigned)cdt >= TPU_DTYPE_COUNT)
+    if ((unsigned)cdt >= TPU_DTYPE_REAL_COUNT)
         return tpu_kernel_fail(a, "%s: bad compute dtype %d", tpu_op_name(a->op), (int)cdt);
     c->dom = cdt == TPU_F64                 ? EW_DOM_D
              : tpu_dtype_is_float(cdt)      ? EW_DOM_F

@@ -360,7 +360,7 @@ tpu_status tpu_k_index(tpu_kargs *a) {
     if (out.dtype != x.dtype)
         return tpu_kernel_fail(a, "%s: dtypes %s and %s differ", name, tpu_dtype_name((tpu_dtype)out.dtype),
                                tpu_dtype_name((tpu_dtype)x.dtype));
-    if (scatter && a->op != TPU_OP_SCATTER && (out.dtype == TPU_BOOL || out.dtype >= TPU_DTYPE_COUNT)) {
+    if (scatter && a->op != TPU_OP_SCATTER && (out.dtype == TPU_BOOL || out.dtype >= TPU_DTYPE_REAL_COUNT)) {
         tpu_kernel_fail(a, "%s: dtype %s not supported", name, tpu_dtype_name((tpu_dtype)out.dtype));
         return TPU_ERROR_NOT_SUPPORTED;
     }

@@ -36,6 +36,9 @@ typedef struct tpu_conv_geom {
     int kh, kw, sh, sw, ph, pw, dh, dw;
 } tpu_conv_geom;
 tpu_status tpu_conv2d_check(tpu_kargs *a, tpu_conv_geom *g);
+/* FFT (ref/ref_fft.c): ranks, dtypes, sizes; *n is the transform length,
+ * *lines the number of lines (positions of the dims other than dim). */
+tpu_status tpu_fft_check(tpu_kargs *a, int *dim, int64_t *n, int64_t *lines);
 /* RNN cells (ref/ref_rnn.c): *B, *H are the batch and hidden sizes. */
 tpu_status tpu_rnn_check(tpu_kargs *a, int64_t *B, int64_t *H);
 

@@ -213,7 +213,7 @@ tpu_status tpu_ref_ew(tpu_kargs *a) {
     }
     if (nin < 1 || nin > 3) return tpu_kernel_fail(a, "%s: %d inputs", tpu_op_name(a->op), nin);
     tpu_dtype cdt = (tpu_dtype)a->p.compute_dtype;
-    if ((unsigned)cdt >= TPU_DTYPE_COUNT)
+    if ((unsigned)cdt >= TPU_DTYPE_REAL_COUNT)
         return tpu_kernel_fail(a, "%s: bad compute dtype %d", tpu_op_name(a->op), (int)cdt);
     const tpu_op_info *info = &tpu_op_infos[a->op];
     if (info->cls < TPU_CLASS_UNARY || info->cls > TPU_CLASS_TERNARY || nin != info->nin_min)
