@@ -1958,7 +1958,8 @@ static void expect_refused(tpu_op op, int n, const tpu_dtype *dts, tpu_dtype com
 static void test_dtype_rules(void) {
     for (int op = 0; op < TPU_OP_COUNT; op++) {
         unsigned rule = tpu_op_infos[op].dtypes;
-        CHECK_MSG((rule & DT_MASK) != 0 && (rule & DT_MASK & ~(DT_ALL | DT_CPLX)) == 0, "%s: rule %#x", tpu_op_name(op), rule);
+        CHECK_MSG((rule & DT_MASK) != 0 && (rule & DT_MASK & ~(DT_ALL | DT_CPLX)) == 0, "%s: rule %#x", tpu_op_name(op),
+                  rule);
         /* the operand the rule reads exists in every launch the arity allows */
         if (!(rule & DT_OUT) && tpu_op_family_of(op) != TPU_FAM_EW)
             CHECK_MSG(tpu_op_infos[op].nin_min >= 1, "%s: no input to check", tpu_op_name(op));
@@ -1983,14 +1984,16 @@ static void test_dtype_rules(void) {
     CHECK_OK(check_dt(TPU_OP_COPY, 2, (tpu_dtype[]){TPU_BOOL, TPU_F64}, (tpu_dtype)99)); /* fills: output only */
     expect_refused(TPU_OP_ARANGE, 1, (tpu_dtype[]){TPU_BOOL}, TPU_F32, "\"arange\" not implemented for 'Bool'");
     /* complex operands: the FFT family only, in PyTorch's words elsewhere */
-    expect_refused(TPU_OP_COPY, 2, (tpu_dtype[]){TPU_C64, TPU_C64}, TPU_C64, "\"copy\" not implemented for 'ComplexFloat'");
+    expect_refused(TPU_OP_COPY, 2, (tpu_dtype[]){TPU_C64, TPU_C64}, TPU_C64,
+                   "\"copy\" not implemented for 'ComplexFloat'");
     expect_refused(TPU_OP_COPY, 2, (tpu_dtype[]){TPU_F32, TPU_C128}, TPU_F32,
                    "\"copy\" not implemented for 'ComplexDouble'");
     expect_refused(TPU_OP_ADD, 3, (tpu_dtype[]){TPU_F32, TPU_F32, TPU_C64}, TPU_F32,
                    "\"add\" not implemented for 'ComplexFloat'");
     CHECK_OK(check_dt(TPU_OP_FFT_C2C, 2, (tpu_dtype[]){TPU_C64, TPU_C64}, TPU_F32));
     CHECK_OK(check_dt(TPU_OP_FFT_R2C, 2, (tpu_dtype[]){TPU_C128, TPU_F64}, TPU_F32));
-    expect_refused(TPU_OP_FFT_C2C, 2, (tpu_dtype[]){TPU_F32, TPU_F32}, TPU_F32, "\"fft_c2c\" not implemented for 'Float'");
+    expect_refused(TPU_OP_FFT_C2C, 2, (tpu_dtype[]){TPU_F32, TPU_F32}, TPU_F32,
+                   "\"fft_c2c\" not implemented for 'Float'");
     expect_refused(TPU_OP_FFT_R2C, 2, (tpu_dtype[]){TPU_C64, TPU_BF16}, TPU_F32,
                    "\"fft_r2c\" not implemented for 'BFloat16'");
     /* others: the first input */

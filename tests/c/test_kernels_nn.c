@@ -1115,8 +1115,8 @@ static void fft_case(tpu_op op, tpu_dtype cdt, int nd, const int64_t *xs, int di
 
 static void test_fft(void) {
     /* radix 4, 2, 3, 5, general primes up to 61, Bluestein above (67, 97, 127, 1009) */
-    static const int64_t lens[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 17, 25, 30, 49, 60, 61, 64, 67, 97, 100, 127, 128,
-                                   210, 243, 256, 1009};
+    static const int64_t lens[] = {1,  2,  3,  4,  5,  6,  7,   8,   9,   12,  16,  17,  25,  30,
+                                   49, 60, 61, 64, 67, 97, 100, 127, 128, 210, 243, 256, 1009};
     static const tpu_dtype cdts[] = {TPU_C64, TPU_C128};
     for (size_t c = 0; c < 2; c++)
         for (size_t k = 0; k < sizeof lens / sizeof *lens; k++) {
@@ -1127,7 +1127,7 @@ static void test_fft(void) {
             fft_case(TPU_OP_FFT_C2C, cdts[c], 3, sh, 1, n, (int)(k % 2), lay);
             fft_case(TPU_OP_FFT_R2C, cdts[c], 3, sh, 1, n / 2 + 1, 0, lay);
             if (k % 3 == 0) fft_case(TPU_OP_FFT_R2C, cdts[c], 3, sh, 1, n, 0, lay ^ 1); /* two-sided */
-            int64_t bins[3] = {2, n / 2 + 1 + (int64_t)(k % 2), 3};             /* c2r may get extra bins */
+            int64_t bins[3] = {2, n / 2 + 1 + (int64_t)(k % 2), 3};                     /* c2r may get extra bins */
             if (n > 1000) bins[0] = bins[2] = 1;
             fft_case(TPU_OP_FFT_C2R, cdts[c], 3, bins, 1, n, 1, lay);
         }

@@ -68,13 +68,15 @@ const char *tpu_op_name(tpu_op op) { return (unsigned)op < TPU_OP_COUNT ? op_nam
 tpu_op_family tpu_op_family_of(tpu_op op) { return (unsigned)op < TPU_OP_COUNT ? op_fams[op] : TPU_FAM_COUNT; }
 
 static const size_t dt_size[TPU_DTYPE_COUNT] = {4, 8, 2, 2, 1, 1, 2, 4, 8, 1, 8, 16};
-static const char *const dt_name[TPU_DTYPE_COUNT] = {"float32", "float64", "float16", "bfloat16",  "uint8",     "int8",
-                                                     "int16",   "int32",   "int64",   "bool",      "complex64", "complex128"};
+static const char *const dt_name[TPU_DTYPE_COUNT] = {"float32", "float64", "float16",   "bfloat16",
+                                                     "uint8",   "int8",    "int16",     "int32",
+                                                     "int64",   "bool",    "complex64", "complex128"};
 _Static_assert(TPU_DTYPE_COUNT == 12, "dtype tables");
 
 /* PyTorch's names (c10::toString), for messages users search for. */
-static const char *const dt_torch_name[TPU_DTYPE_COUNT] = {"Float", "Double", "Half", "BFloat16", "Byte", "Char",
-                                                           "Short", "Int",    "Long", "Bool",     "ComplexFloat", "ComplexDouble"};
+static const char *const dt_torch_name[TPU_DTYPE_COUNT] = {"Float", "Double", "Half",         "BFloat16",
+                                                           "Byte",  "Char",   "Short",        "Int",
+                                                           "Long",  "Bool",   "ComplexFloat", "ComplexDouble"};
 
 static tpu_status dtype_refused(tpu_op op, tpu_dtype dt) {
     return tpu_set_error(TPU_ERROR_NOT_SUPPORTED, "\"%s\" not implemented for '%s'", tpu_op_name(op),
@@ -97,7 +99,8 @@ tpu_status tpu_op_check_dtypes(tpu_op op, const tpu_tensor *t, int n, const tpu_
         return tpu_set_error(TPU_ERROR_INVALID_VALUE, "%s: unknown dtype %d", tpu_op_name(op), (int)dt);
     if (op_fams[op] != TPU_FAM_FFT) /* complex operands go to the FFT family only (real views elsewhere) */
         for (int k = 0; k < n; k++)
-            if (!t[k].is_scalar && (unsigned)t[k].dtype < TPU_DTYPE_COUNT && tpu_dtype_is_complex((tpu_dtype)t[k].dtype))
+            if (!t[k].is_scalar && (unsigned)t[k].dtype < TPU_DTYPE_COUNT &&
+                tpu_dtype_is_complex((tpu_dtype)t[k].dtype))
                 return dtype_refused(op, (tpu_dtype)t[k].dtype);
     if (!(rule & (1u << dt))) return dtype_refused(op, (tpu_dtype)dt);
     if (rule & DT_IN_FLOAT)

@@ -240,7 +240,8 @@ static void fft_scatter(const fft_job *j, int64_t off, const cpx *buf) {
     switch ((tpu_dtype)o->dtype) {
     case TPU_C64: {
         float *p = (float *)o->base + 2 * off;
-        for (int64_t i = 0; i < cnt; i++) p[2 * i * s] = (float)(sc * buf[i].re), p[2 * i * s + 1] = (float)(si * buf[i].im);
+        for (int64_t i = 0; i < cnt; i++)
+            p[2 * i * s] = (float)(sc * buf[i].re), p[2 * i * s + 1] = (float)(si * buf[i].im);
         break;
     }
     case TPU_C128: {
@@ -284,8 +285,7 @@ tpu_status tpu_k_fft(tpu_kargs *a) {
     void *probe = pl ? malloc((size_t)(2 * n + 2 * pl->m) * sizeof(cpx)) : NULL;
     if (!probe) {
         fft_plan_free(pl);
-        return tpu_kernel_fail(a, "%s: out of host memory for a plan of length %lld", tpu_op_name(a->op),
-                               (long long)n);
+        return tpu_kernel_fail(a, "%s: out of host memory for a plan of length %lld", tpu_op_name(a->op), (long long)n);
     }
     free(probe);
     j.pl = pl;

@@ -35,9 +35,18 @@ tpu_status tpu_fft_check(tpu_kargs *a, int *dim, int64_t *n, int64_t *lines) {
     }
     int64_t on = o->sizes[d], xn = x->sizes[d];
     switch (a->op) {
-    case TPU_OP_FFT_C2C: ok = on == xn; *n = xn; break;
-    case TPU_OP_FFT_R2C: ok = on <= xn; *n = xn; break;
-    default: ok = xn >= on / 2 + 1 || on == 0; *n = on; break;
+    case TPU_OP_FFT_C2C:
+        ok = on == xn;
+        *n = xn;
+        break;
+    case TPU_OP_FFT_R2C:
+        ok = on <= xn;
+        *n = xn;
+        break;
+    default:
+        ok = xn >= on / 2 + 1 || on == 0;
+        *n = on;
+        break;
     }
     if (!ok)
         return tpu_kernel_fail(a, "%s: %lld output and %lld input points along dim %lld", name, (long long)on,
