@@ -760,6 +760,7 @@ TORCH_LIBRARY(torch_tpu, m) {
   m.def("reset_fallback_counts() -> ()", &reset_fallback_counts);
   m.def("set_fallback_enabled(bool on) -> ()", &set_fallback_enabled);
   m.def("fallback_enabled() -> bool", &fallback_enabled);
+  m.def("note_cpu_fallback(str op) -> ()", [](std::string op) { note_cpu_fallback(op); });
   m.def("is_pinned_ptr(int p) -> bool", &py_is_pinned_ptr);
   m.def("flush_causes() -> str[]", &py_flush_causes);
   m.def("fused_stats() -> int[]", &py_fused_stats);

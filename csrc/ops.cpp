@@ -11,3 +11,4 @@
 #include "ops_pointwise.cpp"
 #include "ops_nn.cpp"
 #include "ops_linalg.cpp"
+#include "ops_spectral.cpp"

@@ -7,6 +7,7 @@
 // allocates, describes tensors to the runtime and hands the op to submit().
 // No math.
 #include "tpu_glue.h"
+#include "complex_route.h"
 
 #include <ATen/MemoryOverlap.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -42,6 +43,8 @@ bool dtype_supported(c10::ScalarType st) {
     case kInt:
     case kLong:
     case kBool:
+    case kComplexFloat:
+    case kComplexDouble:
       return true;
     default:
       return false;
@@ -70,6 +73,10 @@ tpu_dtype to_tpu_dtype(c10::ScalarType st) {
       return TPU_I64;
     case kBool:
       return TPU_BOOL;
+    case kComplexFloat:
+      return TPU_C64;
+    case kComplexDouble:
+      return TPU_C128;
     default:
       TORCH_CHECK_NOT_IMPLEMENTED(false, "tpu does not support dtype ", st, " yet");
   }
@@ -98,6 +105,20 @@ tpu_tensor desc(const at::Tensor& t) {
     d.sizes[i] = t.size(i);
     d.strides[i] = t.stride(i);
   }
+  return d;
+}
+
+tpu_tensor desc_real(const at::Tensor& t) { return real_view(desc(t)); }
+
+tpu_tensor real_view(tpu_tensor d) {
+  if (!tpu_dtype_is_complex(static_cast<tpu_dtype>(d.dtype))) return d;
+  TORCH_CHECK(d.ndim < TPU_MAX_DIMS, "tpu supports complex tensors of at most ", TPU_MAX_DIMS - 1, " dims");
+  d.dtype = d.dtype == TPU_C64 ? TPU_F32 : TPU_F64;
+  for (int k = 0; k < d.ndim; k++) d.strides[k] *= 2;
+  d.sizes[d.ndim] = 2;
+  d.strides[d.ndim] = 1;
+  d.ndim++;
+  d.offset *= 2;
   return d;
 }
 
@@ -169,7 +190,81 @@ void ew(tpu_op op, const at::Tensor& out, std::initializer_list<at::Tensor> ins,
   submit(op, ts, n, p);
 }
 
-void device_copy(const at::Tensor& dst, const at::Tensor& src) { ew(TPU_OP_COPY, dst, {src}, dst.scalar_type()); }
+// One part of a complex tensor's real view (0: real, 1: imaginary) as a
+// descriptor of its float dtype, broadcast to `like`'s sizes.
+static tpu_tensor part_desc(const at::Tensor& t, int part, const at::Tensor& like) {
+  tpu_tensor d = desc_real(t.sizes().equals(like.sizes()) ? t : t.expand(like.sizes()));
+  d.ndim--;
+  d.offset += part;
+  return d;
+}
+
+// dst = src (a tpu tensor, or a 0-dim CPU one) through real launches: out
+// and in as descriptors (a complex operand: one part of its real view), a
+// COPY (a cast) or a NEG when `negate`.
+static void copy_launch(tpu_tensor o, tpu_tensor i, bool negate) {
+  tpu_params p{};
+  p.compute_dtype = o.dtype;
+  tpu_tensor ts[2] = {o, i};
+  if (!negate) {
+    submit(TPU_OP_COPY, ts, 2, p);
+    return;
+  }
+  if (i.dtype == TPU_BOOL) p.compute_dtype = TPU_BOOL;
+  submit(TPU_OP_NEG, ts, 2, p);
+}
+
+// The copy at the heart of copy_ on the device: dtype conversion,
+// broadcasting src to dst's shape, and the conjugate and negative bits of
+// both (dst's data = conj(src) when exactly one of them is conjugated, and so
+// for negation). Complex tensors move as their real views: a complex
+// destination gets src's real part (or the whole real tensor) and its
+// imaginary part (or zeros); a real destination takes the real part, as
+// PyTorch's copy_ does.
+void device_copy(const at::Tensor& dst, const at::Tensor& src) {
+  const bool dc = dst.is_complex(), sc = src.is_complex();
+  const bool conj = dst.is_conj() != src.is_conj(), neg = dst.is_neg() != src.is_neg();
+  if (!dc && !sc && !neg) {
+    ew(TPU_OP_COPY, dst, {src}, dst.scalar_type());
+    return;
+  }
+  if (dst.numel() == 0) return;
+  if (sc && !dc) {
+    TORCH_WARN_ONCE("Casting complex values to real discards the imaginary part");
+  }
+  if (src.device().is_cpu()) {  // a 0-dim host value: its parts as host scalars
+    TORCH_INTERNAL_ASSERT(src.dim() == 0);
+    c10::Scalar v = src.item();
+    c10::complex<double> z = v.isComplex() ? v.toComplexDouble() : c10::complex<double>(v.toDouble(), 0);
+    if (src.is_conj()) z = std::conj(z);
+    if (src.is_neg()) z = -z;
+    if (dst.is_conj()) z = std::conj(z);
+    if (dst.is_neg()) z = -z;
+    if (dc) {
+      fill_complex(dst, z);
+    } else {
+      tpu_tensor ts[2] = {desc(dst), tpu_tensor_scalar_f(z.real(), TPU_F64)};
+      tpu_params p{};
+      p.compute_dtype = ts[0].dtype;
+      submit(TPU_OP_FILL, ts, 2, p);
+    }
+    return;
+  }
+  tpu_tensor o = dc ? part_desc(dst, 0, dst) : desc(dst);
+  tpu_tensor i = sc ? part_desc(src, 0, dst) : operand(src, dst, dst.scalar_type());
+  copy_launch(o, i, neg);
+  if (!dc) return;
+  tpu_tensor oi = part_desc(dst, 1, dst);
+  if (sc) {
+    copy_launch(oi, part_desc(src, 1, dst), neg != conj);
+  } else {
+    tpu_tensor z = tpu_tensor_scalar_f(0.0, TPU_F64);
+    tpu_tensor ts[2] = {oi, z};
+    tpu_params p{};
+    p.compute_dtype = oi.dtype;
+    submit(TPU_OP_FILL, ts, 2, p);
+  }
+}
 
 at::Tensor wrap(const c10::Scalar& s) {
   auto t = at::scalar_tensor(s, at::TensorOptions().dtype(s.type()));
@@ -178,8 +273,25 @@ at::Tensor wrap(const c10::Scalar& s) {
 }
 
 // ---------------------------------------------------------------- fill / arange / copy
-static at::Tensor& fill_s(at::Tensor& self, const c10::Scalar& v) {
+// A complex tensor's data set to z: its real view's two parts as fills.
+void fill_complex(const at::Tensor& self, c10::complex<double> z) {
+  if (self.numel() == 0) return;
+  tpu_params p{};
+  for (int part = 0; part < 2; part++) {
+    tpu_tensor ts[2] = {part_desc(self, part, self), tpu_tensor_scalar_f(part ? z.imag() : z.real(), TPU_F64)};
+    p.compute_dtype = ts[0].dtype;
+    submit(TPU_OP_FILL, ts, 2, p);
+  }
+}
+
+static at::Tensor& fill_s(at::Tensor& self, const c10::Scalar& v0) {
   if (self.numel() == 0) return self;
+  const c10::Scalar v = self.is_neg() ? -v0 : v0;
+  if (self.is_complex()) {
+    c10::complex<double> z = v.isComplex() ? v.toComplexDouble() : c10::complex<double>(v.toDouble(), 0);
+    fill_complex(self, self.is_conj() ? std::conj(z) : z);
+    return self;
+  }
   tpu_tensor ts[2] = {desc(self), desc_scalar(v, self.scalar_type())};
   tpu_params p{};
   p.compute_dtype = to_tpu_dtype(self.scalar_type());
@@ -190,6 +302,10 @@ static at::Tensor& fill_t(at::Tensor& self, const at::Tensor& v) {
   TORCH_CHECK(v.dim() == 0, "fill_ only supports 0-dimension value tensor but got tensor with ", v.dim(),
               " dimensions.");
   if (v.device().is_cpu()) return fill_s(self, v.item());
+  if (self.is_complex() || v.is_complex() || self.is_neg() || v.is_neg() || v.is_conj()) {
+    device_copy(self, v);  // fill with the value's bits resolved
+    return self;
+  }
   ew(TPU_OP_FILL, self, {v}, self.scalar_type());
   return self;
 }
@@ -235,6 +351,8 @@ static at::Tensor& linspace_out(const c10::Scalar& start, const c10::Scalar& end
 static void record_stream(at::Tensor& self, c10::Stream s) { device_allocator_record(self.storage().data_ptr(), s); }
 
 static bool plain(const at::Tensor& t) { return t.is_contiguous() && t.is_non_overlapping_and_dense(); }
+// Plain, and its bytes are its values (no conjugate or negative bit): a byte copy serves it.
+static bool plain_bits(const at::Tensor& t) { return plain(t) && !t.is_conj() && !t.is_neg(); }
 
 // A contiguous tensor (tpu or host) as the runtime's copy view: its whole
 // storage (base, current size) and the 1-d range it covers. The runtime checks
@@ -268,11 +386,11 @@ static at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool 
       return dst;
     }
     // Between chips: make a dense source, move its bytes, then lay out on the destination chip.
-    at::Tensor s = self.to(dst.scalar_type()).expand(dst.sizes()).contiguous();
+    at::Tensor s = self.resolve_conj().resolve_neg().to(dst.scalar_type()).expand(dst.sizes()).contiguous();
     at::Tensor d;
     {
       c10::DeviceGuard g(dst.device());
-      d = plain(dst) ? dst : at::empty(dst.sizes(), dst.options());
+      d = plain_bits(dst) ? dst : at::empty(dst.sizes(), dst.options());
     }
     TPU_CHECK(tpu_device_synchronize(self.device().index()));
     copy_bytes(d, s, TPU_COPY_D2D, tpu_stream_current(dst.device().index()), false);
@@ -284,8 +402,8 @@ static at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool 
   }
   if (d_tpu) {  // host -> device
     c10::DeviceGuard g(dst.device());
-    at::Tensor s = self.to(dst.scalar_type()).expand(dst.sizes()).contiguous();
-    at::Tensor d = plain(dst) ? dst : at::empty(dst.sizes(), dst.options());
+    at::Tensor s = self.resolve_conj().resolve_neg().to(dst.scalar_type()).expand(dst.sizes()).contiguous();
+    at::Tensor d = plain_bits(dst) ? dst : at::empty(dst.sizes(), dst.options());
     bool pinned = non_blocking && tpu_host_is_pinned(s.data_ptr());
     copy_bytes(d, s, TPU_COPY_H2D, tpu_stream_current(dst.device().index()), pinned && s.is_same(self));
     if (!d.is_same(dst)) device_copy(dst, d);
@@ -295,11 +413,11 @@ static at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool 
   // device -> host
   c10::DeviceGuard g(self.device());
   at::Tensor s = self;
-  if (!(plain(self) && self.scalar_type() == dst.scalar_type() && self.sizes().equals(dst.sizes()))) {
+  if (!(plain_bits(self) && self.scalar_type() == dst.scalar_type() && self.sizes().equals(dst.sizes()))) {
     s = at::empty(dst.sizes(), self.options().dtype(dst.scalar_type()));
     device_copy(s, self);
   }
-  bool direct = plain(dst);
+  bool direct = plain_bits(dst);
   at::Tensor h = direct ? dst : at::empty(dst.sizes(), dst.options().memory_format(c10::MemoryFormat::Contiguous));
   bool pinned = non_blocking && direct && tpu_host_is_pinned(h.data_ptr());
   auto stream = tpu_stream_current(self.device().index());
@@ -533,13 +651,14 @@ void use_tpu_generator(const c10::FunctionSchema& schema, torch::jit::Stack* sta
   }
 }
 
+}  // namespace
+
 void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto& name = op.schema().operator_name();
   note_cpu_fallback(name.name + (name.overload_name.empty() ? "" : "." + name.overload_name));
   use_tpu_generator(op.schema(), stack);
   at::native::cpu_fallback(op, stack);
 }
-}  // namespace
 
 std::tuple<std::vector<std::string>, std::vector<int64_t>> fallback_counts() {
   std::lock_guard<std::mutex> g(g_fb_mu);
@@ -568,6 +687,19 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
 // and the tensors' highest key is AutogradPrivateUse1 even under no_grad.
 TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
   m.impl("_has_compatible_shallow_copy_type", TORCH_FN(at::tpu::has_compatible_shallow_copy_type));
+}
+
+// PyTorch's conjugate and negative fallbacks would resolve a bit on
+// _copy_from's arguments by cloning, and a clone is a copy_, which calls
+// _copy_from again (CUDA has no _copy_from). copy_from resolves the bits
+// itself (device_copy), so those keys pass it through.
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
 }
 
 // This file's rows of the op table (ops_pointwise.cpp and ops_nn.cpp register theirs).

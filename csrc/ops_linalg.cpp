@@ -19,6 +19,7 @@
 // (lapack_view). Each stub only checks the dtype (the CPU's words), describes
 // its tensors and launches: no math here.
 #include "tpu_glue.h"
+#include "complex_route.h"
 
 #include <ATen/TensorIterator.h>
 #include <ATen/native/BatchLinearAlgebra.h>
@@ -437,43 +438,43 @@ REGISTER_PRIVATEUSE1_DISPATCH(svd_stub, &at::tpu::svd_tpu)
 // This file's rows of the op table.
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   using namespace at::tpu;
-  m.impl("linalg_solve_triangular", TORCH_FN(at::native::linalg_solve_triangular));
-  m.impl("linalg_solve_triangular.out", TORCH_FN(at::native::linalg_solve_triangular_out));
-  m.impl("triangular_solve", TORCH_FN(triangular_solve));
-  m.impl("triangular_solve.X", TORCH_FN(triangular_solve_out));
-  m.impl("linalg_cholesky_ex", TORCH_FN(linalg_cholesky_ex));
-  m.impl("linalg_cholesky_ex.L", TORCH_FN(linalg_cholesky_ex_out));
-  m.impl("cholesky", TORCH_FN(at::native::cholesky));
-  m.impl("cholesky.out", TORCH_FN(at::native::cholesky_out));
-  m.impl("cholesky_inverse", TORCH_FN(at::native::cholesky_inverse));
-  m.impl("cholesky_inverse.out", TORCH_FN(at::native::cholesky_inverse_out));
-  m.impl("_cholesky_solve_helper", TORCH_FN(cholesky_solve_helper));
-  m.impl("linalg_lu_factor_ex", TORCH_FN(linalg_lu_factor_ex));
-  m.impl("linalg_lu_factor_ex.out", TORCH_FN(linalg_lu_factor_ex_out));
-  m.impl("linalg_lu_solve", TORCH_FN(linalg_lu_solve));
-  m.impl("linalg_lu_solve.out", TORCH_FN(linalg_lu_solve_out));
-  m.impl("linalg_lu", TORCH_FN(linalg_lu));
-  m.impl("linalg_lu.P", TORCH_FN(linalg_lu_out));
-  m.impl("lu_unpack", TORCH_FN(lu_unpack));
-  m.impl("lu_unpack.out", TORCH_FN(lu_unpack_out));
-  m.impl("linalg_inv_ex", TORCH_FN(linalg_inv_ex));
-  m.impl("linalg_inv_ex.inverse", TORCH_FN(linalg_inv_ex_out));
-  m.impl("_linalg_solve_ex", TORCH_FN(linalg_solve_ex));
-  m.impl("_linalg_solve_ex.result", TORCH_FN(linalg_solve_ex_out));
-  m.impl("_linalg_det", TORCH_FN(linalg_det));
-  m.impl("_linalg_det.result", TORCH_FN(linalg_det_out));
-  m.impl("_linalg_slogdet", TORCH_FN(linalg_slogdet));
-  m.impl("_linalg_slogdet.sign", TORCH_FN(linalg_slogdet_out));
-  m.impl("geqrf", TORCH_FN(at::native::geqrf));
-  m.impl("geqrf.a", TORCH_FN(at::native::geqrf_out));
-  m.impl("linalg_householder_product", TORCH_FN(at::native::linalg_householder_product));
-  m.impl("linalg_householder_product.out", TORCH_FN(at::native::linalg_householder_product_out));
-  m.impl("ormqr", TORCH_FN(at::native::ormqr));
-  m.impl("ormqr.out", TORCH_FN(at::native::ormqr_out));
-  m.impl("linalg_qr", TORCH_FN(linalg_qr));
-  m.impl("linalg_qr.out", TORCH_FN(linalg_qr_out));
-  m.impl("_linalg_eigh", TORCH_FN(linalg_eigh));
-  m.impl("_linalg_eigh.eigenvalues", TORCH_FN(linalg_eigh_out));
-  m.impl("_linalg_svd", TORCH_FN(linalg_svd));
-  m.impl("_linalg_svd.U", TORCH_FN(linalg_svd_out));
+  TPU_IMPL(m, "linalg_solve_triangular", at::native::linalg_solve_triangular);
+  TPU_IMPL(m, "linalg_solve_triangular.out", at::native::linalg_solve_triangular_out);
+  TPU_IMPL(m, "triangular_solve", triangular_solve);
+  TPU_IMPL(m, "triangular_solve.X", triangular_solve_out);
+  TPU_IMPL(m, "linalg_cholesky_ex", linalg_cholesky_ex);
+  TPU_IMPL(m, "linalg_cholesky_ex.L", linalg_cholesky_ex_out);
+  TPU_IMPL(m, "cholesky", at::native::cholesky);
+  TPU_IMPL(m, "cholesky.out", at::native::cholesky_out);
+  TPU_IMPL(m, "cholesky_inverse", at::native::cholesky_inverse);
+  TPU_IMPL(m, "cholesky_inverse.out", at::native::cholesky_inverse_out);
+  TPU_IMPL(m, "_cholesky_solve_helper", cholesky_solve_helper);
+  TPU_IMPL(m, "linalg_lu_factor_ex", linalg_lu_factor_ex);
+  TPU_IMPL(m, "linalg_lu_factor_ex.out", linalg_lu_factor_ex_out);
+  TPU_IMPL(m, "linalg_lu_solve", linalg_lu_solve);
+  TPU_IMPL(m, "linalg_lu_solve.out", linalg_lu_solve_out);
+  TPU_IMPL(m, "linalg_lu", linalg_lu);
+  TPU_IMPL(m, "linalg_lu.P", linalg_lu_out);
+  TPU_IMPL(m, "lu_unpack", lu_unpack);
+  TPU_IMPL(m, "lu_unpack.out", lu_unpack_out);
+  TPU_IMPL(m, "linalg_inv_ex", linalg_inv_ex);
+  TPU_IMPL(m, "linalg_inv_ex.inverse", linalg_inv_ex_out);
+  TPU_IMPL(m, "_linalg_solve_ex", linalg_solve_ex);
+  TPU_IMPL(m, "_linalg_solve_ex.result", linalg_solve_ex_out);
+  TPU_IMPL(m, "_linalg_det", linalg_det);
+  TPU_IMPL(m, "_linalg_det.result", linalg_det_out);
+  TPU_IMPL(m, "_linalg_slogdet", linalg_slogdet);
+  TPU_IMPL(m, "_linalg_slogdet.sign", linalg_slogdet_out);
+  TPU_IMPL(m, "geqrf", at::native::geqrf);
+  TPU_IMPL(m, "geqrf.a", at::native::geqrf_out);
+  TPU_IMPL(m, "linalg_householder_product", at::native::linalg_householder_product);
+  TPU_IMPL(m, "linalg_householder_product.out", at::native::linalg_householder_product_out);
+  TPU_IMPL(m, "ormqr", at::native::ormqr);
+  TPU_IMPL(m, "ormqr.out", at::native::ormqr_out);
+  TPU_IMPL(m, "linalg_qr", linalg_qr);
+  TPU_IMPL(m, "linalg_qr.out", linalg_qr_out);
+  TPU_IMPL(m, "_linalg_eigh", linalg_eigh);
+  TPU_IMPL(m, "_linalg_eigh.eigenvalues", linalg_eigh_out);
+  TPU_IMPL(m, "_linalg_svd", linalg_svd);
+  TPU_IMPL(m, "_linalg_svd.U", linalg_svd_out);
 }

@@ -7,6 +7,7 @@
 // No math. Batch norm and mse_loss are PyTorch's own decompositions,
 // registered from Python (torch_tpu/_decomp.py).
 #include "tpu_glue.h"
+#include "complex_route.h"
 
 #include <ATen/Context.h>
 #include <ATen/ExpandUtils.h>
@@ -75,6 +76,7 @@ static void gemm(const at::Tensor& out, tpu_tensor o, tpu_tensor a, tpu_tensor b
 
 static at::Tensor& mm_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
   check_mm(a, b, "mm");
+  if (C10_UNLIKELY(a.is_complex())) return complex_mm_out(a, b, out);
   at::native::resize_output(out, {a.size(0), b.size(1)});
   gemm(out, mat3(out), mat3(a), mat3(b), nullptr, {}, 1.0, 0.0);
   return out;
@@ -102,6 +104,7 @@ static void check_bmm(const at::Tensor& a, const at::Tensor& b) {
 }
 static at::Tensor& bmm_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
   check_bmm(a, b);
+  if (C10_UNLIKELY(a.is_complex())) return complex_mm_out(a, b, out);
   at::native::resize_output(out, {a.size(0), a.size(1), b.size(2)});
   gemm(out, bat3(out), bat3(a), bat3(b), nullptr, {}, 1.0, 0.0);
   return out;
@@ -1515,74 +1518,77 @@ static std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> th
 
 }  // namespace at::tpu
 
+TPU_HANDLES_COMPLEX(mm_out);  // (complex_mm_out)
+TPU_HANDLES_COMPLEX(bmm_out);
+
 // This file's rows of the op table (ops_core.cpp and ops_pointwise.cpp register theirs).
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   using namespace at::tpu;
   // matrix unit
-  m.impl("mm.out", TORCH_FN(mm_out));
-  m.impl("addmm.out", TORCH_FN(addmm_out));
-  m.impl("bmm.out", TORCH_FN(bmm_out));
-  m.impl("baddbmm.out", TORCH_FN(baddbmm_out));
-  m.impl("addmv.out", TORCH_FN(addmv_out));
-  m.impl("dot", TORCH_FN(dot));
-  m.impl("vdot", TORCH_FN(dot));  // real dtypes only here: the conjugate is the identity
+  TPU_IMPL(m, "mm.out", mm_out);
+  TPU_IMPL(m, "addmm.out", addmm_out);
+  TPU_IMPL(m, "bmm.out", bmm_out);
+  TPU_IMPL(m, "baddbmm.out", baddbmm_out);
+  TPU_IMPL(m, "addmv.out", addmv_out);
+  TPU_IMPL(m, "dot", dot);
+  TPU_IMPL(m, "vdot", dot);  // real dtypes only here: the conjugate is the identity
   // softmax, losses, norms
-  m.impl("_softmax.out", TORCH_FN(softmax_out));
-  m.impl("_log_softmax.out", TORCH_FN(log_softmax_out));
-  m.impl("_softmax_backward_data.out", TORCH_FN(softmax_backward_out));
-  m.impl("_log_softmax_backward_data.out", TORCH_FN(log_softmax_backward_out));
-  m.impl("nll_loss_forward.output", TORCH_FN(nll_loss_forward_out));
-  m.impl("nll_loss_backward.grad_input", TORCH_FN(nll_loss_backward_out));
-  m.impl("native_layer_norm", TORCH_FN(native_layer_norm));
-  m.impl("native_layer_norm_backward", TORCH_FN(native_layer_norm_backward));
+  TPU_IMPL(m, "_softmax.out", softmax_out);
+  TPU_IMPL(m, "_log_softmax.out", log_softmax_out);
+  TPU_IMPL(m, "_softmax_backward_data.out", softmax_backward_out);
+  TPU_IMPL(m, "_log_softmax_backward_data.out", log_softmax_backward_out);
+  TPU_IMPL(m, "nll_loss_forward.output", nll_loss_forward_out);
+  TPU_IMPL(m, "nll_loss_backward.grad_input", nll_loss_backward_out);
+  TPU_IMPL(m, "native_layer_norm", native_layer_norm);
+  TPU_IMPL(m, "native_layer_norm_backward", native_layer_norm_backward);
   // indexing
-  m.impl("index_select", TORCH_FN(index_select));
-  m.impl("index_select.out", TORCH_FN(index_select_out));
-  m.impl("nonzero", TORCH_FN(nonzero));
-  m.impl("histc", TORCH_FN(histc));
-  m.impl("sort.stable", TORCH_FN(sort_stable));
-  m.impl("_fused_adamw_", TORCH_FN(fused_adamw_));
-  m.impl("_fused_adam_", TORCH_FN(fused_adam_));
-  m.impl("sort.values_stable", TORCH_FN(sort_values_stable));
-  m.impl("topk", TORCH_FN(topk));
-  m.impl("topk.values", TORCH_FN(topk_values));
-  m.impl("histc.out", TORCH_FN(histc_out));
-  m.impl("bincount", TORCH_FN(bincount));
-  m.impl("nonzero.out", TORCH_FN(nonzero_out));
-  m.impl("index.Tensor", TORCH_FN(index_tensor));
-  m.impl("index.Tensor_out", TORCH_FN(index_tensor_out));
-  m.impl("_index_put_impl_", TORCH_FN(index_put_impl));
-  m.impl("gather.out", TORCH_FN(gather_out));
-  m.impl("scatter_add.out", TORCH_FN(scatter_add_out));
-  m.impl("scatter.src_out", TORCH_FN(scatter_src_out));
-  m.impl("scatter.value_out", TORCH_FN(scatter_value_out));
-  m.impl("scatter_reduce.two_out", TORCH_FN(scatter_reduce_out));
-  m.impl("index_reduce.out", TORCH_FN(index_reduce_out));
-  m.impl("index_add.out", TORCH_FN(index_add_out));
-  m.impl("embedding_dense_backward", TORCH_FN(embedding_dense_backward));
-  m.impl("masked_select", TORCH_FN(masked_select));
-  m.impl("masked_select.out", TORCH_FN(masked_select_out));
+  TPU_IMPL(m, "index_select", index_select);
+  TPU_IMPL(m, "index_select.out", index_select_out);
+  TPU_IMPL(m, "nonzero", nonzero);
+  TPU_IMPL(m, "histc", histc);
+  TPU_IMPL(m, "sort.stable", sort_stable);
+  TPU_IMPL(m, "_fused_adamw_", fused_adamw_);
+  TPU_IMPL(m, "_fused_adam_", fused_adam_);
+  TPU_IMPL(m, "sort.values_stable", sort_values_stable);
+  TPU_IMPL(m, "topk", topk);
+  TPU_IMPL(m, "topk.values", topk_values);
+  TPU_IMPL(m, "histc.out", histc_out);
+  TPU_IMPL(m, "bincount", bincount);
+  TPU_IMPL(m, "nonzero.out", nonzero_out);
+  TPU_IMPL(m, "index.Tensor", index_tensor);
+  TPU_IMPL(m, "index.Tensor_out", index_tensor_out);
+  TPU_IMPL(m, "_index_put_impl_", index_put_impl);
+  TPU_IMPL(m, "gather.out", gather_out);
+  TPU_IMPL(m, "scatter_add.out", scatter_add_out);
+  TPU_IMPL(m, "scatter.src_out", scatter_src_out);
+  TPU_IMPL(m, "scatter.value_out", scatter_value_out);
+  TPU_IMPL(m, "scatter_reduce.two_out", scatter_reduce_out);
+  TPU_IMPL(m, "index_reduce.out", index_reduce_out);
+  TPU_IMPL(m, "index_add.out", index_add_out);
+  TPU_IMPL(m, "embedding_dense_backward", embedding_dense_backward);
+  TPU_IMPL(m, "masked_select", masked_select);
+  TPU_IMPL(m, "masked_select.out", masked_select_out);
   // convolution, pooling
-  m.impl("convolution_overrideable", TORCH_FN(convolution));
-  m.impl("convolution_backward_overrideable", TORCH_FN(convolution_backward));
-  m.impl("max_pool2d_with_indices", TORCH_FN(max_pool2d_with_indices));
-  m.impl("max_pool2d_with_indices_backward", TORCH_FN(max_pool2d_with_indices_backward));
+  TPU_IMPL(m, "convolution_overrideable", convolution);
+  TPU_IMPL(m, "convolution_backward_overrideable", convolution_backward);
+  TPU_IMPL(m, "max_pool2d_with_indices", max_pool2d_with_indices);
+  TPU_IMPL(m, "max_pool2d_with_indices_backward", max_pool2d_with_indices_backward);
   // random
-  m.impl("uniform_", TORCH_FN(uniform_));
-  m.impl("cauchy_", TORCH_FN(cauchy_));
-  m.impl("log_normal_", TORCH_FN(log_normal_));
-  m.impl("geometric_", TORCH_FN(geometric_));
-  m.impl("normal_", TORCH_FN(normal_));
-  m.impl("bernoulli_.float", TORCH_FN(bernoulli_f));
-  m.impl("bernoulli_.Tensor", TORCH_FN(bernoulli_t));
-  m.impl("random_.from", TORCH_FN(random_from));
-  m.impl("random_.to", TORCH_FN(random_to));
-  m.impl("random_", TORCH_FN(random_all));
-  m.impl("native_dropout", TORCH_FN(native_dropout));
-  m.impl("native_dropout_backward", TORCH_FN(native_dropout_backward));
+  TPU_IMPL(m, "uniform_", uniform_);
+  TPU_IMPL(m, "cauchy_", cauchy_);
+  TPU_IMPL(m, "log_normal_", log_normal_);
+  TPU_IMPL(m, "geometric_", geometric_);
+  TPU_IMPL(m, "normal_", normal_);
+  TPU_IMPL(m, "bernoulli_.float", bernoulli_f);
+  TPU_IMPL(m, "bernoulli_.Tensor", bernoulli_t);
+  TPU_IMPL(m, "random_.from", random_from);
+  TPU_IMPL(m, "random_.to", random_to);
+  TPU_IMPL(m, "random_", random_all);
+  TPU_IMPL(m, "native_dropout", native_dropout);
+  TPU_IMPL(m, "native_dropout_backward", native_dropout_backward);
   // rnn cells
-  m.impl("_thnn_fused_lstm_cell", TORCH_FN(thnn_fused_lstm_cell));
-  m.impl("_thnn_fused_lstm_cell_backward_impl", TORCH_FN(thnn_fused_lstm_cell_backward_impl));
-  m.impl("_thnn_fused_gru_cell", TORCH_FN(thnn_fused_gru_cell));
-  m.impl("_thnn_fused_gru_cell_backward", TORCH_FN(thnn_fused_gru_cell_backward));
+  TPU_IMPL(m, "_thnn_fused_lstm_cell", thnn_fused_lstm_cell);
+  TPU_IMPL(m, "_thnn_fused_lstm_cell_backward_impl", thnn_fused_lstm_cell_backward_impl);
+  TPU_IMPL(m, "_thnn_fused_gru_cell", thnn_fused_gru_cell);
+  TPU_IMPL(m, "_thnn_fused_gru_cell_backward", thnn_fused_gru_cell_backward);
 }

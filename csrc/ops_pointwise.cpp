@@ -8,6 +8,7 @@
 // function (shape, dtype and error checks in PyTorch's own words) and call our
 // `.out` kernel for the functional and in-place forms.
 #include "tpu_glue.h"
+#include "complex_route.h"
 
 #include <ATen/ExpandUtils.h>
 #include <ATen/native/BinaryOps.h>
@@ -156,13 +157,17 @@ static at::Tensor& ew_out(tpu_op op, at::Tensor& out, std::initializer_list<at::
   X(bitwise_not, BITWISE_NOT)
 // clang-format on
 
-#define UNARY_FLOAT(fn, OP)                                                \
-  static at::Tensor& fn##_out(const at::Tensor& self, at::Tensor& out) {   \
-    return ew_out(TPU_OP_##OP, out, {self}, float_of(self.scalar_type())); \
+#define UNARY_FLOAT(fn, OP)                                                  \
+  static at::Tensor& fn##_out(const at::Tensor& self, at::Tensor& out) {     \
+    if (TPU_OP_##OP == TPU_OP_RECIPROCAL && C10_UNLIKELY(self.is_complex())) \
+      return complex_unary_out(TPU_OP_RECIPROCAL, self, out);                \
+    return ew_out(TPU_OP_##OP, out, {self}, float_of(self.scalar_type()));   \
   }
-#define UNARY_SAME(fn, OP)                                               \
-  static at::Tensor& fn##_out(const at::Tensor& self, at::Tensor& out) { \
-    return ew_out(TPU_OP_##OP, out, {self}, self.scalar_type());         \
+#define UNARY_SAME(fn, OP)                                                                           \
+  static at::Tensor& fn##_out(const at::Tensor& self, at::Tensor& out) {                             \
+    if ((TPU_OP_##OP == TPU_OP_NEG || TPU_OP_##OP == TPU_OP_ABS) && C10_UNLIKELY(self.is_complex())) \
+      return complex_unary_out(TPU_OP_##OP, self, out);                                              \
+    return ew_out(TPU_OP_##OP, out, {self}, self.scalar_type());                                     \
   }
 TPU_UNARY_FLOAT_OPS(UNARY_FLOAT)
 TPU_UNARY_SAME_OPS(UNARY_SAME)
@@ -361,13 +366,18 @@ static at::Tensor& clamp_max_t_out(const at::Tensor& self, const at::Tensor& mx,
 }
 
 // ---------------------------------------------------------------- binary
+static bool any_complex(const at::Tensor& a, const at::Tensor& b, const at::Tensor& out) {
+  return a.is_complex() || b.is_complex() || (out.defined() && out.is_complex());
+}
 static at::Tensor& add_out(const at::Tensor& a, const at::Tensor& b, const c10::Scalar& alpha, at::Tensor& out) {
   at::native::alpha_check(common_type({a, b}), alpha);
+  if (C10_UNLIKELY(any_complex(a, b, out))) return complex_binary_out(TPU_OP_ADD, a, b, alpha, out);
   return ew_out(TPU_OP_ADD, out, {a, b}, std::nullopt, TPU_PARAMS(ADD, .alpha = alpha.toDouble()));
 }
 static at::Tensor& sub_out(const at::Tensor& a, const at::Tensor& b, const c10::Scalar& alpha, at::Tensor& out) {
   at::native::sub_check(a, b);
   at::native::alpha_check(common_type({a, b}), alpha);
+  if (C10_UNLIKELY(any_complex(a, b, out))) return complex_binary_out(TPU_OP_SUB, a, b, alpha, out);
   return ew_out(TPU_OP_SUB, out, {a, b}, std::nullopt, TPU_PARAMS(SUB, .alpha = alpha.toDouble()));
 }
 
@@ -382,6 +392,10 @@ static at::Tensor& sub_out(const at::Tensor& a, const at::Tensor& b, const c10::
 // functions' (alpha_check, sub_check).
 static at::Tensor binary_new(tpu_op op, const at::Tensor& a, const at::Tensor& b, c10::ScalarType compute,
                              tpu_params p) {
+  if (C10_UNLIKELY(isComplexType(compute))) {
+    at::Tensor out = at::empty({0}, (a.device().is_cpu() ? b : a).options().dtype(compute));
+    return complex_binary_out(op, a, b, 1, out);  // (mul, div: add and sub pass their alpha below)
+  }
   const at::Tensor& on = a.device().is_cpu() ? b : a;  // (a zero-dim CPU operand: a host scalar)
   auto shape = at::infer_size_dimvector(a.sizes(), b.sizes());
   at::Tensor out = at::empty_strided(shape, ti_strides(shape, {a, b}), on.options().dtype(compute));
@@ -391,12 +405,20 @@ static at::Tensor binary_new(tpu_op op, const at::Tensor& a, const at::Tensor& b
 static at::Tensor tpu_add(const at::Tensor& a, const at::Tensor& b, const c10::Scalar& alpha) {
   c10::ScalarType c = common_type({a, b});
   at::native::alpha_check(c, alpha);
+  if (C10_UNLIKELY(isComplexType(c))) {
+    at::Tensor out = at::empty({0}, (a.device().is_cpu() ? b : a).options().dtype(c));
+    return complex_binary_out(TPU_OP_ADD, a, b, alpha, out);
+  }
   return binary_new(TPU_OP_ADD, a, b, c, TPU_PARAMS(ADD, .alpha = alpha.toDouble()));
 }
 static at::Tensor tpu_sub(const at::Tensor& a, const at::Tensor& b, const c10::Scalar& alpha) {
   at::native::sub_check(a, b);
   c10::ScalarType c = common_type({a, b});
   at::native::alpha_check(c, alpha);
+  if (C10_UNLIKELY(isComplexType(c))) {
+    at::Tensor out = at::empty({0}, (a.device().is_cpu() ? b : a).options().dtype(c));
+    return complex_binary_out(TPU_OP_SUB, a, b, alpha, out);
+  }
   return binary_new(TPU_OP_SUB, a, b, c, TPU_PARAMS(SUB, .alpha = alpha.toDouble()));
 }
 static at::Tensor tpu_mul(const at::Tensor& a, const at::Tensor& b) {
@@ -411,6 +433,7 @@ static at::Tensor rsub(const at::Tensor& self, const at::Tensor& other, const c1
   return sub_out(other, self, alpha, out);
 }
 static at::Tensor& div_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
+  if (C10_UNLIKELY(any_complex(a, b, out))) return complex_binary_out(TPU_OP_DIV, a, b, 1, out);
   return ew_out(TPU_OP_DIV, out, {a, b}, float_of(common_type({a, b})));
 }
 static at::Tensor& div_mode_out(const at::Tensor& a, const at::Tensor& b, std::optional<c10::string_view> mode,
@@ -462,6 +485,8 @@ static at::Tensor& pow_st_out(const c10::Scalar& a, const at::Tensor& b, at::Ten
 
 #define BINARY(fn, OP, overload)                                                           \
   static at::Tensor& fn##_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) { \
+    if (TPU_OP_##OP == TPU_OP_MUL && C10_UNLIKELY(any_complex(a, b, out)))                 \
+      return complex_binary_out(TPU_OP_MUL, a, b, 1, out);                                 \
     return ew_out(TPU_OP_##OP, out, {a, b});                                               \
   }
 #define LOGICAL(fn, OP)                                                                    \
@@ -677,12 +702,29 @@ static at::Tensor& reduce(tpu_op op, const at::Tensor& self, at::OptionalIntArra
   return out;
 }
 
+// A complex sum or mean is the real one over the real views: the parts'
+// dim (the last, size 2) is not reduced.
+static at::Tensor& complex_reduce(tpu_op op, const at::Tensor& self, at::OptionalIntArrayRef dims, bool keepdim,
+                                  at::Tensor& out) {
+  check_cast(self.scalar_type(), out);
+  if (!self.is_complex()) return complex_reduce(op, self.to(out.scalar_type()), dims, keepdim, out);  // (dtype=)
+  auto mask = red_mask(self, dims);
+  at::native::resize_output(out, red_shape(self, mask, keepdim));
+  if (out.numel() == 0) return out;
+  tpu_tensor ts[2] = {real_view(red_out_desc(self, out, mask, keepdim)), real_view(desc1d(self))};
+  tpu_params p{};
+  p.compute_dtype = ts[0].dtype;
+  submit(op, ts, 2, p);
+  return out;
+}
 static at::Tensor& sum_out(const at::Tensor& self, at::OptionalIntArrayRef dims, bool keepdim,
                            std::optional<c10::ScalarType>, at::Tensor& out) {
+  if (C10_UNLIKELY(self.is_complex() || out.is_complex())) return complex_reduce(TPU_OP_SUM, self, dims, keepdim, out);
   return reduce(TPU_OP_SUM, self, dims, keepdim, out);
 }
 static at::Tensor& mean_out(const at::Tensor& self, at::OptionalIntArrayRef dims, bool keepdim,
                             std::optional<c10::ScalarType>, at::Tensor& out) {
+  if (C10_UNLIKELY(self.is_complex() || out.is_complex())) return complex_reduce(TPU_OP_MEAN, self, dims, keepdim, out);
   return reduce(TPU_OP_MEAN, self, dims, keepdim, out);
 }
 static at::Tensor& prod_out(const at::Tensor& self, int64_t dim, bool keepdim, std::optional<c10::ScalarType>,
@@ -839,131 +881,146 @@ static void cummin_helper(const at::Tensor& self, at::Tensor& values, at::Tensor
 
 }  // namespace at::tpu
 
+// The kernels above that hand complex arguments to complex_binary_out / complex_unary_out.
+TPU_HANDLES_COMPLEX(add_out);
+TPU_HANDLES_COMPLEX(sub_out);
+TPU_HANDLES_COMPLEX(tpu_add);
+TPU_HANDLES_COMPLEX(tpu_sub);
+TPU_HANDLES_COMPLEX(tpu_mul);
+TPU_HANDLES_COMPLEX(tpu_div);
+TPU_HANDLES_COMPLEX(mul_out);
+TPU_HANDLES_COMPLEX(div_out);
+TPU_HANDLES_COMPLEX(neg_out);
+TPU_HANDLES_COMPLEX(abs_out);
+TPU_HANDLES_COMPLEX(reciprocal_out);
+TPU_HANDLES_COMPLEX(sum_out);
+TPU_HANDLES_COMPLEX(mean_out);
+
 // This file's rows of the op table (ops_core.cpp and ops_nn.cpp register theirs).
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   using namespace at::tpu;
   // unary: the tables, then the ops with parameters or their own rules
-#define ROW(fn, OP) m.impl(#fn ".out", TORCH_FN(fn##_out));
+#define ROW(fn, OP) TPU_IMPL(m, #fn ".out", fn##_out);
   TPU_UNARY_FLOAT_OPS(ROW)
   TPU_UNARY_SAME_OPS(ROW)
-  m.impl("hardswish", TORCH_FN(tpu_hardswish));
-  m.impl("hardswish_", TORCH_FN(tpu_hardswish_));
+  TPU_IMPL(m, "hardswish", tpu_hardswish);
+  TPU_IMPL(m, "hardswish_", tpu_hardswish_);
 #undef ROW
-  m.impl("logical_not.out", TORCH_FN(logical_not_out));
-  m.impl("polygamma.out", TORCH_FN(polygamma_out));
-  m.impl("signbit.out", TORCH_FN(signbit_out));
-  m.impl("gelu.out", TORCH_FN(gelu_out));
-  m.impl("relu", TORCH_FN(relu));
-  m.impl("relu_", TORCH_FN(relu_));
-  m.impl("leaky_relu.out", TORCH_FN(leaky_relu_out));
-  m.impl("softplus.out", TORCH_FN(softplus_out));
-  m.impl("elu.out", TORCH_FN(elu_out));
-  m.impl("elu_backward.grad_input", TORCH_FN(elu_backward_out));
-  m.impl("round.decimals_out", TORCH_FN(round_decimals_out));
-  m.impl("nan_to_num.out", TORCH_FN(nan_to_num_out));
-  m.impl("clamp.out", TORCH_FN(clamp_out));
-  m.impl("clamp_min.out", TORCH_FN(clamp_min_out));
-  m.impl("clamp_max.out", TORCH_FN(clamp_max_out));
-  m.impl("clamp.Tensor_out", TORCH_FN(clamp_t_out));
-  m.impl("clamp_min.Tensor_out", TORCH_FN(clamp_min_t_out));
-  m.impl("clamp_max.Tensor_out", TORCH_FN(clamp_max_t_out));
-  m.impl("isnan", TORCH_FN(isnan));
-  m.impl("isposinf.out", TORCH_FN(isposinf_out));
-  m.impl("isneginf.out", TORCH_FN(isneginf_out));
-  m.impl("tril.out", TORCH_FN(tril_out));
-  m.impl("triu.out", TORCH_FN(triu_out));
-  m.impl("hardtanh", TORCH_FN(hardtanh));
-  m.impl("hardtanh.out", TORCH_FN(hardtanh_out));
-  m.impl("hardtanh_", TORCH_FN(hardtanh_));
+  TPU_IMPL(m, "logical_not.out", logical_not_out);
+  TPU_IMPL(m, "polygamma.out", polygamma_out);
+  TPU_IMPL(m, "signbit.out", signbit_out);
+  TPU_IMPL(m, "gelu.out", gelu_out);
+  TPU_IMPL(m, "relu", relu);
+  TPU_IMPL(m, "relu_", relu_);
+  TPU_IMPL(m, "leaky_relu.out", leaky_relu_out);
+  TPU_IMPL(m, "softplus.out", softplus_out);
+  TPU_IMPL(m, "elu.out", elu_out);
+  TPU_IMPL(m, "elu_backward.grad_input", elu_backward_out);
+  TPU_IMPL(m, "round.decimals_out", round_decimals_out);
+  TPU_IMPL(m, "nan_to_num.out", nan_to_num_out);
+  TPU_IMPL(m, "clamp.out", clamp_out);
+  TPU_IMPL(m, "clamp_min.out", clamp_min_out);
+  TPU_IMPL(m, "clamp_max.out", clamp_max_out);
+  TPU_IMPL(m, "clamp.Tensor_out", clamp_t_out);
+  TPU_IMPL(m, "clamp_min.Tensor_out", clamp_min_t_out);
+  TPU_IMPL(m, "clamp_max.Tensor_out", clamp_max_t_out);
+  TPU_IMPL(m, "isnan", isnan);
+  TPU_IMPL(m, "isposinf.out", isposinf_out);
+  TPU_IMPL(m, "isneginf.out", isneginf_out);
+  TPU_IMPL(m, "tril.out", tril_out);
+  TPU_IMPL(m, "triu.out", triu_out);
+  TPU_IMPL(m, "hardtanh", hardtanh);
+  TPU_IMPL(m, "hardtanh.out", hardtanh_out);
+  TPU_IMPL(m, "hardtanh_", hardtanh_);
   // binary: the tables, then the rest
-#define ROW(fn, OP, overload) m.impl(#fn "." #overload, TORCH_FN(fn##_out));
+#define ROW(fn, OP, overload) TPU_IMPL(m, #fn "." #overload, fn##_out);
   TPU_BINARY_OPS(ROW)
 #undef ROW
-#define ROW(fn, OP)                              \
-  m.impl(#fn ".Tensor_out", TORCH_FN(fn##_out)); \
-  m.impl(#fn ".Scalar_out", TORCH_FN(fn##_s_out));
+#define ROW(fn, OP)                         \
+  TPU_IMPL(m, #fn ".Tensor_out", fn##_out); \
+  TPU_IMPL(m, #fn ".Scalar_out", fn##_s_out);
   TPU_COMPARE_OPS(ROW)
 #undef ROW
-#define ROW(fn, OP) m.impl(#fn ".out", TORCH_FN(fn##_out));
+#define ROW(fn, OP) TPU_IMPL(m, #fn ".out", fn##_out);
   TPU_LOGICAL_OPS(ROW)
 #undef ROW
-  m.impl("add.out", TORCH_FN(add_out));
-  m.impl("sub.out", TORCH_FN(sub_out));
-  m.impl("add.Tensor", TORCH_FN(tpu_add));
-  m.impl("sub.Tensor", TORCH_FN(tpu_sub));
-  m.impl("mul.Tensor", TORCH_FN(tpu_mul));
-  m.impl("div.Tensor", TORCH_FN(tpu_div));
-  m.impl("rsub.Tensor", TORCH_FN(rsub));
-  m.impl("div.out", TORCH_FN(div_out));
-  m.impl("div.out_mode", TORCH_FN(div_mode_out));
-  m.impl("floor_divide", TORCH_FN(tpu_floor_divide));
-  m.impl("floor_divide.out", TORCH_FN(tpu_floor_divide_out));
-  m.impl("floor_divide_.Tensor", TORCH_FN(tpu_floor_divide_));
-  m.impl("pow.Tensor_Tensor_out", TORCH_FN(pow_tt_out));
-  m.impl("pow.Tensor_Scalar_out", TORCH_FN(pow_ts_out));
-  m.impl("pow.Scalar_out", TORCH_FN(pow_st_out));
-  m.impl("atan2.out", TORCH_FN(atan2_out));
-  m.impl("hypot.out", TORCH_FN(hypot_out));
-  m.impl("copysign.out", TORCH_FN(copysign_out));
-  m.impl("logaddexp.out", TORCH_FN(logaddexp_out));
-  m.impl("logaddexp2.out", TORCH_FN(logaddexp2_out));
-#define ROW(fn, OP) m.impl(#fn ".out", TORCH_FN(fn##_out));
+  TPU_IMPL(m, "add.out", add_out);
+  TPU_IMPL(m, "sub.out", sub_out);
+  TPU_IMPL(m, "add.Tensor", tpu_add);
+  TPU_IMPL(m, "sub.Tensor", tpu_sub);
+  TPU_IMPL(m, "mul.Tensor", tpu_mul);
+  TPU_IMPL(m, "div.Tensor", tpu_div);
+  TPU_IMPL(m, "rsub.Tensor", rsub);
+  TPU_IMPL(m, "div.out", div_out);
+  TPU_IMPL(m, "div.out_mode", div_mode_out);
+  TPU_IMPL(m, "floor_divide", tpu_floor_divide);
+  TPU_IMPL(m, "floor_divide.out", tpu_floor_divide_out);
+  TPU_IMPL(m, "floor_divide_.Tensor", tpu_floor_divide_);
+  TPU_IMPL(m, "pow.Tensor_Tensor_out", pow_tt_out);
+  TPU_IMPL(m, "pow.Tensor_Scalar_out", pow_ts_out);
+  TPU_IMPL(m, "pow.Scalar_out", pow_st_out);
+  TPU_IMPL(m, "atan2.out", atan2_out);
+  TPU_IMPL(m, "hypot.out", hypot_out);
+  TPU_IMPL(m, "copysign.out", copysign_out);
+  TPU_IMPL(m, "logaddexp.out", logaddexp_out);
+  TPU_IMPL(m, "logaddexp2.out", logaddexp2_out);
+#define ROW(fn, OP) TPU_IMPL(m, #fn ".out", fn##_out);
   TPU_SPECIAL_BINARY_OPS(ROW)
 #undef ROW
-  m.impl("xlogy.OutTensor", TORCH_FN(xlogy_out));
-  m.impl("hardshrink.out", TORCH_FN(hardshrink_out));
-  m.impl("softshrink.out", TORCH_FN(softshrink_out));
-  m.impl("hardshrink_backward.grad_input", TORCH_FN(shrink_backward_out));
-  m.impl("softshrink_backward.grad_input", TORCH_FN(shrink_backward_out));
+  TPU_IMPL(m, "xlogy.OutTensor", xlogy_out);
+  TPU_IMPL(m, "hardshrink.out", hardshrink_out);
+  TPU_IMPL(m, "softshrink.out", softshrink_out);
+  TPU_IMPL(m, "hardshrink_backward.grad_input", shrink_backward_out);
+  TPU_IMPL(m, "softshrink_backward.grad_input", shrink_backward_out);
   // activation backward
-  m.impl("threshold_backward.grad_input", TORCH_FN(threshold_backward_out));
-  m.impl("gelu_backward.grad_input", TORCH_FN(gelu_backward_out));
-  m.impl("silu_backward.grad_input", TORCH_FN(silu_backward_out));
-  m.impl("sigmoid_backward.grad_input", TORCH_FN(sigmoid_backward_out));
-  m.impl("log_sigmoid_forward", TORCH_FN(log_sigmoid_forward));
-  m.impl("log_sigmoid_forward.output", TORCH_FN(log_sigmoid_forward_out));
-  m.impl("log_sigmoid_backward", TORCH_FN(log_sigmoid_backward));
-  m.impl("log_sigmoid_backward.grad_input", TORCH_FN(log_sigmoid_backward_out));
-  m.impl("tanh_backward.grad_input", TORCH_FN(tanh_backward_out));
-  m.impl("leaky_relu_backward.grad_input", TORCH_FN(leaky_relu_backward_out));
-  m.impl("softplus_backward.grad_input", TORCH_FN(softplus_backward_out));
-  m.impl("hardtanh_backward.grad_input", TORCH_FN(hardtanh_backward_out));
-  m.impl("hardtanh_backward", TORCH_FN(hardtanh_backward));
+  TPU_IMPL(m, "threshold_backward.grad_input", threshold_backward_out);
+  TPU_IMPL(m, "gelu_backward.grad_input", gelu_backward_out);
+  TPU_IMPL(m, "silu_backward.grad_input", silu_backward_out);
+  TPU_IMPL(m, "sigmoid_backward.grad_input", sigmoid_backward_out);
+  TPU_IMPL(m, "log_sigmoid_forward", log_sigmoid_forward);
+  TPU_IMPL(m, "log_sigmoid_forward.output", log_sigmoid_forward_out);
+  TPU_IMPL(m, "log_sigmoid_backward", log_sigmoid_backward);
+  TPU_IMPL(m, "log_sigmoid_backward.grad_input", log_sigmoid_backward_out);
+  TPU_IMPL(m, "tanh_backward.grad_input", tanh_backward_out);
+  TPU_IMPL(m, "leaky_relu_backward.grad_input", leaky_relu_backward_out);
+  TPU_IMPL(m, "softplus_backward.grad_input", softplus_backward_out);
+  TPU_IMPL(m, "hardtanh_backward.grad_input", hardtanh_backward_out);
+  TPU_IMPL(m, "hardtanh_backward", hardtanh_backward);
   // ternary
-  m.impl("addcmul.out", TORCH_FN(addcmul_out));
-  m.impl("addcdiv.out", TORCH_FN(addcdiv_out));
-  m.impl("lerp.Scalar_out", TORCH_FN(lerp_s_out));
-  m.impl("lerp.Tensor_out", TORCH_FN(lerp_t_out));
-  m.impl("where.self", TORCH_FN(where));
-  m.impl("where.self_out", TORCH_FN(where_out));
-  m.impl("masked_fill_.Scalar", TORCH_FN(masked_fill_s));
-  m.impl("masked_fill_.Tensor", TORCH_FN(masked_fill_t));
+  TPU_IMPL(m, "addcmul.out", addcmul_out);
+  TPU_IMPL(m, "addcdiv.out", addcdiv_out);
+  TPU_IMPL(m, "lerp.Scalar_out", lerp_s_out);
+  TPU_IMPL(m, "lerp.Tensor_out", lerp_t_out);
+  TPU_IMPL(m, "where.self", where);
+  TPU_IMPL(m, "where.self_out", where_out);
+  TPU_IMPL(m, "masked_fill_.Scalar", masked_fill_s);
+  TPU_IMPL(m, "masked_fill_.Tensor", masked_fill_t);
   // reductions
-  m.impl("sum.IntList_out", TORCH_FN(sum_out));
-  m.impl("mean.out", TORCH_FN(mean_out));
-  m.impl("prod.int_out", TORCH_FN(prod_out));
-  m.impl("prod", TORCH_FN(prod));
-  m.impl("amax.out", TORCH_FN(amax_out));
-  m.impl("amin.out", TORCH_FN(amin_out));
-  m.impl("max", TORCH_FN(max_all));
-  m.impl("min", TORCH_FN(min_all));
-  m.impl("argmax.out", TORCH_FN(argmax_out));
-  m.impl("argmin.out", TORCH_FN(argmin_out));
-  m.impl("max.dim_max", TORCH_FN(max_dim_out));
-  m.impl("min.dim_min", TORCH_FN(min_dim_out));
-  m.impl("var.correction", TORCH_FN(var_c));
-  m.impl("std.correction", TORCH_FN(std_c));
-  m.impl("any.out", TORCH_FN(any_out));
-  m.impl("any.dims_out", TORCH_FN(any_dims_out));
-  m.impl("any.all_out", TORCH_FN(any_all_out));
-  m.impl("all.out", TORCH_FN(all_out));
-  m.impl("all.dims_out", TORCH_FN(all_dims_out));
-  m.impl("all.all_out", TORCH_FN(all_all_out));
-  m.impl("linalg_vector_norm.out", TORCH_FN(norm_out));
-  m.impl("cumsum.out", TORCH_FN(cumsum_out));
-  m.impl("cumprod.out", TORCH_FN(cumprod_out));
-  m.impl("_logcumsumexp", TORCH_FN(logcumsumexp));
-  m.impl("_logcumsumexp.out", TORCH_FN(logcumsumexp_out));
-  m.impl("_cummax_helper", TORCH_FN(cummax_helper));
-  m.impl("_cummin_helper", TORCH_FN(cummin_helper));
+  TPU_IMPL(m, "sum.IntList_out", sum_out);
+  TPU_IMPL(m, "mean.out", mean_out);
+  TPU_IMPL(m, "prod.int_out", prod_out);
+  TPU_IMPL(m, "prod", prod);
+  TPU_IMPL(m, "amax.out", amax_out);
+  TPU_IMPL(m, "amin.out", amin_out);
+  TPU_IMPL(m, "max", max_all);
+  TPU_IMPL(m, "min", min_all);
+  TPU_IMPL(m, "argmax.out", argmax_out);
+  TPU_IMPL(m, "argmin.out", argmin_out);
+  TPU_IMPL(m, "max.dim_max", max_dim_out);
+  TPU_IMPL(m, "min.dim_min", min_dim_out);
+  TPU_IMPL(m, "var.correction", var_c);
+  TPU_IMPL(m, "std.correction", std_c);
+  TPU_IMPL(m, "any.out", any_out);
+  TPU_IMPL(m, "any.dims_out", any_dims_out);
+  TPU_IMPL(m, "any.all_out", any_all_out);
+  TPU_IMPL(m, "all.out", all_out);
+  TPU_IMPL(m, "all.dims_out", all_dims_out);
+  TPU_IMPL(m, "all.all_out", all_all_out);
+  TPU_IMPL(m, "linalg_vector_norm.out", norm_out);
+  TPU_IMPL(m, "cumsum.out", cumsum_out);
+  TPU_IMPL(m, "cumprod.out", cumprod_out);
+  TPU_IMPL(m, "_logcumsumexp", logcumsumexp);
+  TPU_IMPL(m, "_logcumsumexp.out", logcumsumexp_out);
+  TPU_IMPL(m, "_cummax_helper", cummax_helper);
+  TPU_IMPL(m, "_cummin_helper", cummin_helper);
 }

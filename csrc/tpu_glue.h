@@ -12,6 +12,7 @@
 //                      convolution and pooling, rnn cells
 //   ops_linalg.cpp     linear algebra: PyTorch's device-generic linalg functions
 //                      with their DispatchStubs filled by the LINALG kernels
+//   ops_spectral.cpp   complex views, conj_physical, the FFT primitives
 // Each ops_*.cpp registers its own rows (one TORCH_LIBRARY_IMPL block per file);
 // ops.cpp compiles them as one translation unit (compile time on two cores).
 // Batch norm and mse_loss have no kernel here: torch_tpu/_decomp.py registers
@@ -51,6 +52,10 @@ bool dtype_supported(c10::ScalarType st);
 // Descriptor of a tpu tensor (borrowed storage) or of a host scalar.
 tpu_tensor desc(const at::Tensor& t);
 tpu_tensor desc_scalar(const c10::Scalar& s, c10::ScalarType compute);
+// A complex tpu tensor's real view (view_as_real: float32 / float64 with a
+// last dim of 2, whatever its conjugate bit); other tensors as desc().
+tpu_tensor desc_real(const at::Tensor& t);
+tpu_tensor real_view(tpu_tensor d);  // the same for a descriptor
 // A 0-dim tensor seen as 1-d of size 1 (for kernels that take a dim).
 tpu_tensor desc1d(const at::Tensor& t);
 // An operand of an elementwise op: a CPU 0-dim tensor becomes a host scalar;
@@ -70,8 +75,18 @@ uint32_t python_site();
 // computed in `compute`, inputs broadcast to out's shape; nothing for an empty out.
 void ew(tpu_op op, const at::Tensor& out, std::initializer_list<at::Tensor> ins, c10::ScalarType compute,
         tpu_params p = {});
-// Device copy with dtype conversion and broadcasting of src to dst's shape.
+// Device copy with dtype conversion and broadcasting of src to dst's shape;
+// complex tensors and conjugate / negative bits on either side included.
 void device_copy(const at::Tensor& dst, const at::Tensor& src);
+// A complex tensor's data (bits not applied) set to z.
+void fill_complex(const at::Tensor& self, c10::complex<double> z);
+// Complex arithmetic (ops_spectral.cpp), as real launches on the operands'
+// real and imaginary parts; the kernels of these ops call it when an
+// argument is complex. op: ADD, SUB (out = a -+ alpha * b), MUL, DIV.
+at::Tensor& complex_binary_out(tpu_op op, const at::Tensor& a, const at::Tensor& b, const c10::Scalar& alpha,
+                               at::Tensor& out);
+at::Tensor& complex_unary_out(tpu_op op, const at::Tensor& self, at::Tensor& out);      // NEG, ABS, RECIPROCAL
+at::Tensor& complex_mm_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out);  // mm (2-d), bmm (3-d)
 // A host Scalar as a wrapped-number CPU tensor (takes part in type promotion as a Python number).
 at::Tensor wrap(const c10::Scalar& s);
 // torch.get_default_dtype() as a ScalarType.

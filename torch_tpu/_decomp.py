@@ -125,6 +125,7 @@ csrc/ and out of this table.
 import math
 
 import torch
+import torch.utils._pytree as pytree
 from torch._decomp import decomposition_table
 from torch._prims_common import suggest_memory_format
 
@@ -2191,6 +2192,40 @@ _AUTOGRAD_LEVEL = {"avg_pool2d", "sgn", "replication_pad1d", "replication_pad2d"
                    "grid_sampler_2d", "_embedding_bag"}
 
 
+def _is_complex_arg(a):
+    if isinstance(a, torch.Tensor):
+        return a.is_complex()
+    return isinstance(a, (list, tuple)) and any(isinstance(t, torch.Tensor) and t.is_complex() for t in a)
+
+
+def _complex_routed(op, full, fn):
+    """fn, except that a call with a complex tensor argument runs `op` on the
+    CPU: these decompositions compute in real dtypes only. Counted and warned
+    as the C++ CPU fallback is (and refused under TORCH_TPU_CPU_FALLBACK=0);
+    mutated arguments get the results copied back."""
+    schema = op._schema
+    written = [i for i, a in enumerate(schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
+
+    def run(*args, **kwargs):
+        if not (any(_is_complex_arg(a) for a in args) or any(_is_complex_arg(a) for a in kwargs.values())):
+            return fn(*args, **kwargs)
+        torch.ops.torch_tpu.note_cpu_fallback(f"aten::{full}")
+        dev = next(t.device for t in pytree.tree_leaves((args, kwargs))
+                   if isinstance(t, torch.Tensor) and t.device.type == "tpu")
+        cargs, ckw = pytree.tree_map_only(torch.Tensor, lambda t: t.cpu(), (args, kwargs))
+        res = op(*cargs, **ckw)
+        back = {}
+        for i in written:
+            a = schema.arguments[i]
+            orig, cpu = (args[i], cargs[i]) if i < len(args) else (kwargs.get(a.name), ckw.get(a.name))
+            if isinstance(orig, torch.Tensor):
+                orig.copy_(cpu)
+                back[id(cpu)] = orig
+        return pytree.tree_map_only(torch.Tensor, lambda t: back[id(t)] if id(t) in back else t.to(dev), res)
+
+    return run
+
+
 def _register():
     """Register the table for PrivateUse1 (once)."""
     global _lib
@@ -2203,5 +2238,5 @@ def _register():
         keys = ("PrivateUse1", "AutogradPrivateUse1") if name in _AUTOGRAD_LEVEL and overload != "out" \
             else ("PrivateUse1",)
         for key in keys:
-            lib.impl(full, fn or decomposition_table[op], key)
+            lib.impl(full, _complex_routed(op, full, fn or decomposition_table[op]), key)
     _lib = lib

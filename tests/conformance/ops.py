@@ -26,7 +26,7 @@ Categories per (op, dtype, direction):
             both off / ties / rounding (see verdict_class)
   raise     tpu raised where the CPU did not (exception type + first line)
   skip      the CPU does not support the dtype / direction, or no sample ran on the CPU
-            (samples the CPU rejects, with complex tensors, or nothing to put on the tpu are skipped)
+            (samples the CPU rejects, or with nothing to put on the tpu, are skipped)
   crash / timeout   the worker process died / hung (chunks of --chunk OpInfos run in a subprocess,
             --timeout per (op, dtype) or error_inputs unit; the worker is restarted after it)
 Priority when samples disagree: mismatch > raise > fallback > native.
@@ -482,8 +482,6 @@ def finish_dir(rec, skip_reason=None):
         out["stride_differs"] = rec["strides"]
     if rec["ties"]:
         out["tie_order_differs"] = rec["ties"]
-    if rec.get("complex_samples"):
-        out["complex_samples_skipped"] = rec["complex_samples"]
     if rec.get("no_tpu_input"):
         out["samples_without_tpu_input"] = rec["no_tpu_input"]
     if cnt["native"] or cnt["fallback"] or cnt["mismatch"]:
@@ -616,10 +614,6 @@ def run_dtype(c, info, dtname, opts, emit):
     pins = cpu_pinned(c, info, dtype, grad, samples)
     for key, s, _ in samples:
         emit_stage(f"forward {key}")
-        if any(t.is_complex() for t in _tensors(c, s)):
-            fwd["counts"]["skip"] += 1        # complex tensors are not supported on the device at all
-            fwd["complex_samples"] = fwd.get("complex_samples", 0) + 1
-            continue
         try:
             c_in, c_args, c_kw = to_device(c, (s.input, s.args, s.kwargs), {}, "cpu")
         except Exception:  # noqa: BLE001

@@ -58,6 +58,9 @@ static tpu_status check_operands(const char *what, operand *ops, int n, char **h
                                  ops[k].name, tpu_dtype_name((tpu_dtype)t.dtype), tpu_dtype_name((tpu_dtype)dtype));
         tpu_status s = tpu_view_check(what, k, &t, true, dev);
         if (s) return s;
+        if (tpu_dtype_is_complex((tpu_dtype)t.dtype)) /* (the glue hands collectives real views) */
+            return tpu_set_error(TPU_ERROR_NOT_SUPPORTED, "%s: dtype %s is not supported by collectives", what,
+                                 tpu_dtype_name((tpu_dtype)t.dtype));
         dtype = t.dtype;
         numel[k] = numel_of(&t);
         if (numel[k] && ops[k].written && tpu_alloc_any_deferred()) tpu_alloc_materialize(ops[k].t->base);
