@@ -1130,7 +1130,13 @@ static void test_fft(void) {
             int64_t bins[3] = {2, n / 2 + 1 + (int64_t)(k % 2), 3};                     /* c2r may get extra bins */
             if (n > 1000) bins[0] = bins[2] = 1;
             fft_case(TPU_OP_FFT_C2R, cdts[c], 3, bins, 1, n, 1, lay);
+            int64_t one[2] = {1, n}; /* a single line: one at a time (the others: FFT_B lines at once) */
+            fft_case(TPU_OP_FFT_C2C, cdts[c], 2, one, 1, n, (int)(k % 2), lay);
+            fft_case(TPU_OP_FFT_R2C, cdts[c], 2, one, 1, n / 2 + 1, 0, lay);
         }
+    int64_t many[2] = {37, 24}; /* five groups of lines, the last partial */
+    fft_case(TPU_OP_FFT_C2C, TPU_C64, 2, many, 1, 24, 0, L_PAD);
+    fft_case(TPU_OP_FFT_C2R, TPU_C128, 2, many, 1, 46, 1, L_PERM);
     int64_t sh2[2] = {12, 5}; /* along dim 0 and along the last dim */
     fft_case(TPU_OP_FFT_C2C, TPU_C64, 2, sh2, 0, 12, 0, L_PAD);
     fft_case(TPU_OP_FFT_C2C, TPU_C128, 2, sh2, 1, 5, 1, L_PERM);

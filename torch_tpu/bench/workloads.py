@@ -469,6 +469,47 @@ def cnn_figures(quick):
                    f"ResNet-18 layout at width {p['width']}, eval, fp32")]
 
 
+# --------------------------------------------------------------------------
+# 9. FFT
+
+def _fft_builder(kind, shape):
+    def build(ctx, state, size):
+        import math
+
+        import torch
+
+        g = torch.Generator().manual_seed(0)
+        if kind == "rfft":
+            x = _to(ctx, torch.randn(*shape, generator=g))
+            f = ctx.compile(lambda t: torch.fft.rfft(t))
+        else:
+            x = _to(ctx, torch.randn(*shape, dtype=torch.complex64, generator=g))
+            f = ctx.compile((lambda t: torch.fft.fft2(t)) if kind == "fft2" else (lambda t: torch.fft.fft(t)))
+        held = [None]
+
+        def fn():
+            held[0] = f(x)
+
+        dims = shape[-2:] if kind == "fft2" else shape[-1:]
+        lines_flops = 0.0
+        for d in dims:  # the usual count: 5 n log2 n per complex line (a real one: half)
+            lines = math.prod(shape) // d
+            lines_flops += lines * 5 * d * math.log2(d) * (0.5 if kind == "rfft" else 1.0)
+        return Bench(fn, {"flops": int(lines_flops)}, "flops")
+
+    return build
+
+
+def fft_figures(quick):
+    if quick:
+        cases = [("fft", (4, 64)), ("rfft", (4, 64)), ("fft", (2, 67)), ("fft2", (32, 32))]
+    else:
+        cases = [("fft", (64, 16384)), ("rfft", (64, 16384)), ("fft", (64, 4099)), ("fft2", (1024, 1024))]
+    return [Figure(f"{k} {'x'.join(map(str, s))}", _fft_builder(k, s), REPEATS[quick]["micro"],
+                   f"torch.fft.{k} of complex64 (rfft: float32) " + ("(4099: a prime, Bluestein)" if 4099 in s else ""))
+            for k, s in cases]
+
+
 WORKLOADS = {
     w.key: w
     for w in [
@@ -480,6 +521,7 @@ WORKLOADS = {
         Workload("gpt2-infer", 6, "Transformer inference", True, gpt_infer_figures),
         Workload("cnn", 7, "CNN inference", True, cnn_figures),
         Workload("eager-demo", 8, "TorchTPU eager demo", False, demo_figures),
+        Workload("fft", 9, "FFT", False, fft_figures),
     ]
 }
 ALL_WORKLOADS = list(WORKLOADS)

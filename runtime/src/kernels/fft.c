@@ -12,12 +12,19 @@
  * index (p*k < n), so the error grows with log n, not with n. Math is double
  * for complex64 and complex128 alike (complex64 rounds once, at the store).
  * Lines - the elements along dim at one position of the other dims - are
- * gathered into a contiguous buffer, transformed, scattered; they run in
- * parallel on the compute pool, each block of lines with its own buffers.
+ * gathered FFT_B at a time (while their buffers fit FFT_B_BYTES) into split
+ * real / imaginary buffers with the
+ * lines interleaved (element j of line b at j*FFT_B + b), so that every
+ * stage's inner loop runs over s*FFT_B contiguous doubles whatever the stage's
+ * stride s: the transform vectorizes across lines. Fewer lines than
+ * FFT_B / 2 go one at a time through the same stages on interleaved complex
+ * numbers. Blocks of lines run in parallel on the compute pool, each with its
+ * own buffers.
  * The inverse direction uses the same plan on conjugates:
  * ifft(x) = conj(fft(conj(x))). */
 #include "kernels/kernels-impl.h"
 #include <math.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -180,6 +187,218 @@ static fft_plan *fft_plan_new(int64_t n) {
     return pl;
 }
 
+/* ---- FFT_B lines at once, split format: x[e*FFT_B + b] is element e of line b ---- */
+#define FFT_B       8
+#define FFT_B_BYTES (1 << 20) /* at most this much buffer per group (the L2 it should stay in) */
+
+/* One Stockham stage of radix P over FFT_B lines: the point (q, r) of each
+ * line is a run of s*FFT_B doubles at (s*(p + r*m))*FFT_B. */
+#define FFTB_STAGE_ARGS                                                                                    \
+    const fft_plan *pl, int64_t l, int64_t s, int P, const double *restrict xr, const double *restrict xi, \
+        double *restrict yr, double *restrict yi
+/* The inner loops: runs of s*FFT_B doubles as blocks of FFT_B (a constant
+ * trip count the compiler vectorizes, one AVX-512 vector per block). */
+#define FFTB_FOR(t)                                   \
+    for (int64_t t##0 = 0; t##0 < run; t##0 += FFT_B) \
+        for (int64_t t = t##0; t < t##0 + FFT_B; t++)
+static inline __attribute__((always_inline)) void fftb_stage_body(FFTB_STAGE_ARGS) {
+    const int64_t m = l / P, tstep = pl->n / l, n = pl->n, run = s * FFT_B;
+    const cpx *w = pl->w;
+    for (int64_t p = 0; p < m; p++) {
+        const int64_t in0 = s * p * FFT_B, istep = s * m * FFT_B, out0 = s * P * p * FFT_B;
+        if (P == 2) {
+            const cpx w1 = w[tstep * p];
+            const double *ar = xr + in0, *ai = xi + in0, *br = xr + in0 + istep, *bi = xi + in0 + istep;
+            double *o0r = yr + out0, *o0i = yi + out0, *o1r = yr + out0 + run, *o1i = yi + out0 + run;
+            FFTB_FOR(t) {
+                double dr = ar[t] - br[t], di = ai[t] - bi[t];
+                o0r[t] = ar[t] + br[t];
+                o0i[t] = ai[t] + bi[t];
+                o1r[t] = dr * w1.re - di * w1.im;
+                o1i[t] = dr * w1.im + di * w1.re;
+            }
+        } else if (P == 4) {
+            const cpx w1 = w[tstep * p], w2 = w[2 * tstep * p], w3 = w[3 * tstep * p];
+            const double *a0r = xr + in0, *a0i = xi + in0, *a1r = a0r + istep, *a1i = a0i + istep, *a2r = a1r + istep,
+                         *a2i = a1i + istep, *a3r = a2r + istep, *a3i = a2i + istep;
+            double *o0r = yr + out0, *o0i = yi + out0, *o1r = o0r + run, *o1i = o0i + run, *o2r = o1r + run,
+                   *o2i = o1i + run, *o3r = o2r + run, *o3i = o2i + run;
+            FFTB_FOR(t) {
+                double t0r = a0r[t] + a2r[t], t0i = a0i[t] + a2i[t], t1r = a0r[t] - a2r[t], t1i = a0i[t] - a2i[t];
+                double t2r = a1r[t] + a3r[t], t2i = a1i[t] + a3i[t], t3r = a1i[t] - a3i[t], t3i = a3r[t] - a1r[t];
+                o0r[t] = t0r + t2r;
+                o0i[t] = t0i + t2i;
+                double ur = t1r + t3r, ui = t1i + t3i, vr = t0r - t2r, vi = t0i - t2i, zr = t1r - t3r, zi = t1i - t3i;
+                o1r[t] = ur * w1.re - ui * w1.im;
+                o1i[t] = ur * w1.im + ui * w1.re;
+                o2r[t] = vr * w2.re - vi * w2.im;
+                o2i[t] = vr * w2.im + vi * w2.re;
+                o3r[t] = zr * w3.re - zi * w3.im;
+                o3i[t] = zr * w3.im + zi * w3.re;
+            }
+        } else {
+            const int64_t root = n / P;
+            for (int k = 0; k < P; k++) {
+                double *orr = yr + out0 + k * run, *oi = yi + out0 + k * run;
+                memcpy(orr, xr + in0, (size_t)run * sizeof *orr);
+                memcpy(oi, xi + in0, (size_t)run * sizeof *oi);
+                for (int r = 1, rk = k; r < P; r++, rk = (rk + k) % P) {
+                    const cpx c = w[root * rk];
+                    const double *ar = xr + in0 + r * istep, *ai = xi + in0 + r * istep;
+                    FFTB_FOR(t) {
+                        orr[t] += ar[t] * c.re - ai[t] * c.im;
+                        oi[t] += ar[t] * c.im + ai[t] * c.re;
+                    }
+                }
+                if (k) {
+                    const cpx c = w[tstep * p * k];
+                    FFTB_FOR(t) {
+                        double vr = orr[t], vi = oi[t];
+                        orr[t] = vr * c.re - vi * c.im;
+                        oi[t] = vr * c.im + vi * c.re;
+                    }
+                }
+            }
+        }
+    }
+}
+
+typedef void fftb_stage_fn(FFTB_STAGE_ARGS);
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_THREAD__) && !defined(TPU_NO_CLONES)
+__attribute__((target("avx512f,fma"))) static void fftb_stage_512(FFTB_STAGE_ARGS) {
+    fftb_stage_body(pl, l, s, P, xr, xi, yr, yi);
+}
+__attribute__((target("avx2,fma"))) static void fftb_stage_256(FFTB_STAGE_ARGS) {
+    fftb_stage_body(pl, l, s, P, xr, xi, yr, yi);
+}
+#define FFT_ISA_VARIANTS 1
+#endif
+static void fftb_stage_base(FFTB_STAGE_ARGS) { fftb_stage_body(pl, l, s, P, xr, xi, yr, yi); }
+
+/* The stage function for this CPU (AVX-512 or AVX2 with FMA, else baseline). */
+static fftb_stage_fn *fftb_stage_pick(void) {
+#ifdef FFT_ISA_VARIANTS
+    unsigned f = tpu_cpu_features();
+    if ((f & TPU_CPU_FMA) && (f & TPU_CPU_AVX512F)) return fftb_stage_512;
+    if ((f & TPU_CPU_FMA) && (f & TPU_CPU_AVX2)) return fftb_stage_256;
+#endif
+    return fftb_stage_base;
+}
+
+/* The forward transform of FFT_B lines (re, im: n*FFT_B each) in place;
+ * tr, ti hold n*FFT_B (Stockham) or 2m*FFT_B (Bluestein) doubles each. */
+static void fftb_exec(const fft_plan *pl, double *re, double *im, double *tr, double *ti, fftb_stage_fn *stage) {
+    const int64_t n = pl->n;
+    if (n <= 1) return;
+    if (pl->nf == 0) { /* Bluestein, as fft_exec, lane by lane */
+        const int64_t m = pl->m;
+        double *ar = tr, *ai = ti, *sr = tr + m * FFT_B, *si = ti + m * FFT_B;
+        for (int64_t j = 0; j < n; j++) {
+            const cpx c = pl->chirp[j];
+            for (int b = 0; b < FFT_B; b++) {
+                double xr = re[j * FFT_B + b], xi = im[j * FFT_B + b];
+                ar[j * FFT_B + b] = xr * c.re - xi * c.im;
+                ai[j * FFT_B + b] = xr * c.im + xi * c.re;
+            }
+        }
+        memset(ar + n * FFT_B, 0, (size_t)((m - n) * FFT_B) * sizeof *ar);
+        memset(ai + n * FFT_B, 0, (size_t)((m - n) * FFT_B) * sizeof *ai);
+        fftb_exec(pl->sub, ar, ai, sr, si, stage);
+        for (int64_t j = 0; j < m; j++) {
+            const cpx c = pl->bhat[j];
+            for (int b = 0; b < FFT_B; b++) {
+                double xr = ar[j * FFT_B + b], xi = ai[j * FFT_B + b];
+                ar[j * FFT_B + b] = xr * c.re - xi * c.im;
+                ai[j * FFT_B + b] = -(xr * c.im + xi * c.re);
+            }
+        }
+        fftb_exec(pl->sub, ar, ai, sr, si, stage);
+        for (int64_t k = 0; k < n; k++) {
+            const cpx c = pl->chirp[k];
+            for (int b = 0; b < FFT_B; b++) {
+                double xr = ar[k * FFT_B + b], xi = -ai[k * FFT_B + b];
+                re[k * FFT_B + b] = xr * c.re - xi * c.im;
+                im[k * FFT_B + b] = xr * c.im + xi * c.re;
+            }
+        }
+        return;
+    }
+    double *xr = re, *xi = im, *yr = tr, *yi = ti;
+    int64_t l = n, s = 1;
+    for (int f = 0; f < pl->nf; f++) {
+        int P = pl->fac[f];
+        stage(pl, l, s, P, xr, xi, yr, yi);
+        l /= P;
+        s *= P;
+        double *t = xr;
+        xr = yr;
+        yr = t;
+        t = xi;
+        xi = yi;
+        yi = t;
+    }
+    if (xr != re) {
+        memcpy(re, xr, (size_t)(n * FFT_B) * sizeof *re);
+        memcpy(im, xi, (size_t)(n * FFT_B) * sizeof *im);
+    }
+}
+
+/* Plans are kept for reuse (a plan costs n sines and cosines, more than the
+ * transform of a few lines): FFT_CACHE of them, lengths up to FFT_CACHE_MAX,
+ * the least recently used replaced; a plan in use is never freed (refs). */
+#define FFT_CACHE     8
+#define FFT_CACHE_MAX (1 << 20)
+static struct {
+    fft_plan *pl;
+    int refs;
+    uint64_t used;
+} fft_cache[FFT_CACHE];
+static pthread_mutex_t fft_cache_mu = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t fft_clock;
+
+static fft_plan *fft_plan_get(int64_t n) {
+    pthread_mutex_lock(&fft_cache_mu);
+    for (int i = 0; i < FFT_CACHE; i++)
+        if (fft_cache[i].pl && fft_cache[i].pl->n == n) {
+            fft_cache[i].refs++;
+            fft_cache[i].used = ++fft_clock;
+            pthread_mutex_unlock(&fft_cache_mu);
+            return fft_cache[i].pl;
+        }
+    pthread_mutex_unlock(&fft_cache_mu);
+    fft_plan *pl = fft_plan_new(n); /* (outside the lock: other lengths go on) */
+    if (!pl || n > FFT_CACHE_MAX) return pl;
+    pthread_mutex_lock(&fft_cache_mu);
+    int v = -1;
+    for (int i = 0; i < FFT_CACHE; i++)
+        if (fft_cache[i].refs == 0 &&
+            (v < 0 || !fft_cache[i].pl || (fft_cache[v].pl && fft_cache[i].used < fft_cache[v].used)))
+            v = i;
+    fft_plan *old = NULL;
+    if (v >= 0) {
+        old = fft_cache[v].pl;
+        fft_cache[v].pl = pl;
+        fft_cache[v].refs = 1;
+        fft_cache[v].used = ++fft_clock;
+    }
+    pthread_mutex_unlock(&fft_cache_mu);
+    fft_plan_free(old);
+    return pl;
+}
+
+/* Done with a plan from fft_plan_get (one the cache did not take is freed). */
+static void fft_plan_put(fft_plan *pl) {
+    pthread_mutex_lock(&fft_cache_mu);
+    for (int i = 0; i < FFT_CACHE; i++)
+        if (fft_cache[i].pl == pl) {
+            fft_cache[i].refs--;
+            pthread_mutex_unlock(&fft_cache_mu);
+            return;
+        }
+    pthread_mutex_unlock(&fft_cache_mu);
+    fft_plan_free(pl);
+}
+
 typedef struct fft_job {
     const fft_plan *pl;
     const tpu_tensor *o, *x;
@@ -187,7 +406,8 @@ typedef struct fft_job {
     int dim;
     bool inverse;
     double scale;
-    int64_t n, tmp_len;
+    int64_t n, tmp_len, lines;
+    fftb_stage_fn *stage;
 } fft_job;
 
 static int64_t fft_line_off(const tpu_tensor *t, int dim, int64_t line) {
@@ -273,25 +493,59 @@ static void fft_lines(void *ctx, int64_t l0, int64_t l1) {
     free(buf);
 }
 
+/* Groups g0..g1 of FFT_B lines (the last may be partial: its empty lanes
+ * transform zeros and are not stored). */
+static void fftb_groups(void *ctx, int64_t g0, int64_t g1) {
+    const fft_job *j = ctx;
+    const int64_t n = j->n, len = n + j->tmp_len, lines = j->lines;
+    double *mem = malloc((size_t)(2 * len * FFT_B) * sizeof *mem);
+    cpx *line = malloc((size_t)n * sizeof *line);
+    if (!mem || !line) abort(); /* (the caller checked one allocation of this size) */
+    double *re = mem, *im = mem + len * FFT_B, *tr = re + n * FFT_B, *ti = im + n * FFT_B;
+    for (int64_t g = g0; g < g1; g++) {
+        const int64_t l0 = g * FFT_B, nb = lines - l0 < FFT_B ? lines - l0 : FFT_B;
+        for (int64_t b = 0; b < FFT_B; b++) {
+            if (b < nb)
+                fft_gather(j, fft_line_off(j->x, j->dim, l0 + b), line);
+            else
+                memset(line, 0, (size_t)n * sizeof *line);
+            for (int64_t e = 0; e < n; e++) re[e * FFT_B + b] = line[e].re, im[e * FFT_B + b] = line[e].im;
+        }
+        fftb_exec(j->pl, re, im, tr, ti, j->stage);
+        const int64_t cnt = j->o->sizes[j->dim];
+        for (int64_t b = 0; b < nb; b++) {
+            for (int64_t e = 0; e < cnt; e++) line[e] = (cpx){re[e * FFT_B + b], im[e * FFT_B + b]};
+            fft_scatter(j, fft_line_off(j->o, j->dim, l0 + b), line);
+        }
+    }
+    free(mem);
+    free(line);
+}
+
 tpu_status tpu_k_fft(tpu_kargs *a) {
     int dim;
     int64_t n, lines;
     tpu_status st = tpu_fft_check(a, &dim, &n, &lines);
     if (st != TPU_OK) return st;
     if (n == 0 || lines == 0 || a->t[0].sizes[dim] == 0) return TPU_OK;
-    fft_job j = {NULL, &a->t[0], &a->t[1], a->op, dim, false, a->p.f[0], n, 0};
+    fft_job j = {NULL, &a->t[0], &a->t[1], a->op, dim, false, a->p.f[0], n, 0, lines, fftb_stage_pick()};
     j.inverse = a->op == TPU_OP_FFT_C2R || (a->op == TPU_OP_FFT_C2C && a->p.i[1] != 0);
-    fft_plan *pl = fft_plan_new(n);
-    void *probe = pl ? malloc((size_t)(2 * n + 2 * pl->m) * sizeof(cpx)) : NULL;
+    fft_plan *pl = fft_plan_get(n);
+    void *probe = pl ? malloc((size_t)(2 * n + 2 * pl->m) * sizeof(cpx) * FFT_B) : NULL;
     if (!probe) {
-        fft_plan_free(pl);
+        if (pl) fft_plan_put(pl);
         return tpu_kernel_fail(a, "%s: out of host memory for a plan of length %lld", tpu_op_name(a->op), (long long)n);
     }
     free(probe);
     j.pl = pl;
     j.tmp_len = pl->nf == 0 && n > 1 ? 2 * pl->m : n;
     int64_t work = n * (pl->nf ? pl->nf : 4 * 20);
-    tpu_parallel_for(lines, work >= 16384 ? 1 : 16384 / work, fft_lines, &j);
-    fft_plan_free(pl);
+    if (lines >= FFT_B / 2 && (n + j.tmp_len) * FFT_B * 16 <= FFT_B_BYTES) { /* vectorized across lines */
+        int64_t groups = (lines + FFT_B - 1) / FFT_B, gw = work * FFT_B;
+        tpu_parallel_for(groups, gw >= 16384 ? 1 : 16384 / gw, fftb_groups, &j);
+    } else {
+        tpu_parallel_for(lines, work >= 16384 ? 1 : 16384 / work, fft_lines, &j);
+    }
+    fft_plan_put(pl);
     return TPU_OK;
 }
