@@ -23,6 +23,11 @@
 #include <ATen/ops/add.h>
 #include <ATen/ops/bmm.h>
 #include <ATen/ops/div.h>
+#include <ATen/ops/eq.h>
+#include <ATen/ops/ge.h>
+#include <ATen/ops/logical_and.h>
+#include <ATen/ops/reciprocal.h>
+#include <ATen/ops/where.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/hypot.h>
 #include <ATen/ops/imag.h>
@@ -131,7 +136,17 @@ at::Tensor& complex_unary_out(tpu_op op, const at::Tensor& self, at::Tensor& out
     out.copy_(at::hypot(re, im));
     return out;
   }
-  if (op == TPU_OP_RECIPROCAL) return complex_binary_out(TPU_OP_DIV, at::ones({}, self.options()), self, 1, out);
+  if (op == TPU_OP_RECIPROCAL) {  // 1 / z as c10::complex divides (Smith's algorithm: the CPU's infs and NaNs)
+    at::Tensor ac = at::abs(re), ad = at::abs(im), big_c = at::ge(ac, ad);
+    at::Tensor rat = at::where(big_c, at::div(im, re), at::div(re, im));  // d/c or c/d
+    at::Tensor scl = at::reciprocal(at::where(big_c, at::add(re, at::mul(im, rat)), at::add(im, at::mul(re, rat))));
+    at::Tensor r = at::where(big_c, scl, at::mul(rat, scl)),
+               i = at::where(big_c, at::neg(at::mul(rat, scl)), at::neg(scl));
+    at::Tensor zero = at::logical_and(at::eq(ac, 0), at::eq(ad, 0));  // 1/|c| and 0/|d|: (inf, nan)
+    r = at::where(zero, at::reciprocal(ac), r);
+    i = at::where(zero, at::div(at::zeros_like(ad), ad), i);
+    return cplx_store(r, i, self.scalar_type(), self.sizes(), out);
+  }
   TORCH_INTERNAL_ASSERT(op == TPU_OP_NEG);
   return cplx_store(at::neg(re), at::neg(im), self.scalar_type(), self.sizes(), out);
 }
@@ -153,8 +168,11 @@ static at::Tensor& complex_out(const at::Tensor& re, const at::Tensor& im, at::T
               "Expected both inputs to be Half, Float or Double tensors but got ", re.scalar_type(), " and ",
               im.scalar_type());
   TORCH_CHECK(re.scalar_type() != kHalf, "tpu does not support dtype ComplexHalf yet");
+  const c10::ScalarType c = c10::toComplexType(re.scalar_type());
+  TORCH_CHECK(out.scalar_type() == c, "Expected object of scalar type ", c, " but got scalar type ", out.scalar_type(),
+              " for argument 'out'");
   auto shape = at::infer_size_dimvector(re.sizes(), im.sizes());
-  return cplx_store(re.expand(shape), im.expand(shape), c10::toComplexType(re.scalar_type()), shape, out);
+  return cplx_store(re.expand(shape), im.expand(shape), c, shape, out);
 }
 
 // ---------------------------------------------------------------- FFT

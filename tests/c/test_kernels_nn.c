@@ -1116,7 +1116,7 @@ static void fft_case(tpu_op op, tpu_dtype cdt, int nd, const int64_t *xs, int di
 static void test_fft(void) {
     /* radix 4, 2, 3, 5, general primes up to 61, Bluestein above (67, 97, 127, 1009) */
     static const int64_t lens[] = {1,  2,  3,  4,  5,  6,  7,   8,   9,   12,  16,  17,  25,  30,
-                                   49, 60, 61, 64, 67, 97, 100, 127, 128, 210, 243, 256, 1009};
+                                   49, 60, 61, 64, 67, 97, 100, 127, 128, 134, 210, 243, 256, 1009};
     static const tpu_dtype cdts[] = {TPU_C64, TPU_C128};
     for (size_t c = 0; c < 2; c++)
         for (size_t k = 0; k < sizeof lens / sizeof *lens; k++) {

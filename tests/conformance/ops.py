@@ -68,6 +68,10 @@ TOL = {
     ("float16", "backward"): (4e-3, 2e-3),
     ("float64", "forward"): (1e-7, 1e-7),
     ("float64", "backward"): (1e-6, 1e-6),
+    ("complex64", "forward"): (1e-4, 1e-5),     # complex: its parts as the real dtype's (view_as_real)
+    ("complex64", "backward"): (1e-3, 1e-4),
+    ("complex128", "forward"): (1e-7, 1e-7),
+    ("complex128", "backward"): (1e-6, 1e-6),
 }
 DEFAULT_TOL = (0.0, 0.0)              # integer / bool dtypes: exact
 RANDOM_NAMES = {"randn", "rand", "randint", "nn.functional.alpha_dropout", "bernoulli", "multinomial", "normal"}

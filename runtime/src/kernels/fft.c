@@ -49,6 +49,7 @@ typedef struct fft_plan {
     struct fft_plan *sub; /* power-of-two plan of length m */
     cpx *chirp;           /* chirp[j] = e^(-pi i j^2 / n), j < n */
     cpx *bhat;            /* fft_m of b: b_j = conj(chirp[|j|]) around 0, scaled by 1/m */
+    cpx *wh;              /* wh[k] = e^(-pi i k / n), k <= n: a real transform of 2n points by this one */
 } fft_plan;
 
 static void fft_plan_free(fft_plan *pl) {
@@ -57,6 +58,7 @@ static void fft_plan_free(fft_plan *pl) {
     free(pl->w);
     free(pl->chirp);
     free(pl->bhat);
+    free(pl->wh);
     free(pl);
 }
 
@@ -141,6 +143,16 @@ static fft_plan *fft_plan_new(int64_t n) {
     fft_plan *pl = calloc(1, sizeof *pl);
     if (!pl) return NULL;
     pl->n = n;
+    pl->wh = malloc((size_t)(n + 1) * sizeof *pl->wh);
+    if (!pl->wh) {
+        fft_plan_free(pl);
+        return NULL;
+    }
+    for (int64_t k = 0; k <= n; k++) { /* angles in [-pi/2, 0] and their mirror: exact conjugate pairs */
+        double ang = -FFT_PI * (double)(2 * k <= n ? k : k - n) / (double)n;
+        cpx v = {cos(ang), sin(ang)};
+        pl->wh[k] = 2 * k <= n ? v : (cpx){-v.re, -v.im}; /* e^(-pi i k/n) = -e^(-pi i (k-n)/n) */
+    }
     int64_t r = n;
     while (r % 4 == 0) pl->fac[pl->nf++] = 4, r /= 4;
     while (r % 2 == 0) pl->fac[pl->nf++] = 2, r /= 2;
@@ -406,7 +418,9 @@ typedef struct fft_job {
     int dim;
     bool inverse;
     double scale;
-    int64_t n, tmp_len, lines;
+    bool half;     /* a real transform of even n as a complex one of tn = n/2 points */
+    int64_t n, tn; /* signal length, transform length */
+    int64_t tmp_len, lines;
     fftb_stage_fn *stage;
 } fft_job;
 
@@ -481,14 +495,72 @@ static void fft_scatter(const fft_job *j, int64_t off, const cpx *buf) {
     }
 }
 
+/* A real transform of even length n = 2N runs as a complex one of N points
+ * (job->half): z_j = x_2j + i x_2j+1, Z = fft_N(z), and the spectrum is
+ * X_k = (Z_k + conj Z_(N-k)) / 2 - i e^(-pi i k/N) (Z_k - conj Z_(N-k)) / 2;
+ * the inverse builds Z from the first N+1 bins the other way round. */
+static double fft_real_at(const tpu_tensor *t, int64_t off) {
+    return t->dtype == TPU_F32 ? ((const float *)t->base)[off] : ((const double *)t->base)[off];
+}
+static cpx fft_cplx_at(const tpu_tensor *t, int64_t off) {
+    if (t->dtype == TPU_C64) return (cpx){((const float *)t->base)[2 * off], ((const float *)t->base)[2 * off + 1]};
+    return (cpx){((const double *)t->base)[2 * off], ((const double *)t->base)[2 * off + 1]};
+}
+
+/* The transform's input for the line at `off` (tn points in buf). */
+static void fft_load_line(const fft_job *j, int64_t off, cpx *buf) {
+    if (!j->half) {
+        fft_gather(j, off, buf);
+        return;
+    }
+    const tpu_tensor *x = j->x;
+    const int64_t s = x->strides[j->dim], N = j->tn;
+    if (j->op == TPU_OP_FFT_R2C) {
+        for (int64_t i = 0; i < N; i++)
+            buf[i] = (cpx){fft_real_at(x, off + 2 * i * s), fft_real_at(x, off + (2 * i + 1) * s)};
+        return;
+    }
+    const cpx *wh = j->pl->wh;
+    for (int64_t k = 0; k < N; k++) { /* c2r: Z_k = (A + B) + i conj(wh_k) (A - B), A = X_k, B = conj X_(N-k) */
+        cpx A = fft_cplx_at(x, off + k * s), b = fft_cplx_at(x, off + (N - k) * s);
+        if (k == 0) A.im = 0, b.im = 0; /* the imaginary parts of bins 0 and N do not count */
+        cpx B = {b.re, -b.im}, d = c_sub(A, B), w = {wh[k].re, -wh[k].im}, wd = c_mul(w, d);
+        cpx z = {A.re + B.re - wd.im, A.im + B.im + wd.re};
+        buf[k] = (cpx){z.re, -z.im}; /* conjugated: the inverse by the forward plan */
+    }
+}
+
+/* Store the transformed line (tn points in buf; tmp holds n). */
+static void fft_store_line(const fft_job *j, int64_t off, const cpx *buf, cpx *tmp) {
+    if (!j->half) {
+        fft_scatter(j, off, buf);
+        return;
+    }
+    const int64_t N = j->tn, cnt = j->o->sizes[j->dim];
+    if (j->op == TPU_OP_FFT_R2C) {
+        const cpx *wh = j->pl->wh;
+        for (int64_t k = 0; k < cnt; k++) {
+            int64_t q = k <= N ? k : j->n - k; /* bins above N: conj of bin n - k */
+            cpx A = buf[q % N], b = buf[(N - q) % N], B = {b.re, -b.im};
+            cpx e = {0.5 * (A.re + B.re), 0.5 * (A.im + B.im)}, d = c_sub(A, B);
+            cpx od = {0.5 * d.im, -0.5 * d.re}; /* (A - B) / 2i */
+            cpx X = c_add(e, c_mul(wh[q], od));
+            tmp[k] = k <= N ? X : (cpx){X.re, -X.im};
+        }
+    } else {
+        for (int64_t i = 0; i < N; i++) tmp[2 * i] = (cpx){buf[i].re, 0}, tmp[2 * i + 1] = (cpx){-buf[i].im, 0};
+    }
+    fft_scatter(j, off, tmp);
+}
+
 static void fft_lines(void *ctx, int64_t l0, int64_t l1) {
     const fft_job *j = ctx;
-    cpx *buf = malloc((size_t)(j->n + j->tmp_len) * sizeof *buf);
+    cpx *buf = malloc((size_t)(j->n + j->tn + j->tmp_len) * sizeof *buf);
     if (!buf) abort(); /* (the caller checked one allocation of this size) */
     for (int64_t l = l0; l < l1; l++) {
-        fft_gather(j, fft_line_off(j->x, j->dim, l), buf);
-        fft_exec(j->pl, buf, buf + j->n);
-        fft_scatter(j, fft_line_off(j->o, j->dim, l), buf);
+        fft_load_line(j, fft_line_off(j->x, j->dim, l), buf);
+        fft_exec(j->pl, buf, buf + j->tn);
+        fft_store_line(j, fft_line_off(j->o, j->dim, l), buf, buf + j->tn + j->tmp_len);
     }
     free(buf);
 }
@@ -497,25 +569,25 @@ static void fft_lines(void *ctx, int64_t l0, int64_t l1) {
  * transform zeros and are not stored). */
 static void fftb_groups(void *ctx, int64_t g0, int64_t g1) {
     const fft_job *j = ctx;
-    const int64_t n = j->n, len = n + j->tmp_len, lines = j->lines;
+    const int64_t n = j->tn, len = n + j->tmp_len, lines = j->lines;
     double *mem = malloc((size_t)(2 * len * FFT_B) * sizeof *mem);
-    cpx *line = malloc((size_t)n * sizeof *line);
+    cpx *line = malloc((size_t)(n + j->n) * sizeof *line), *tmp = line + n;
     if (!mem || !line) abort(); /* (the caller checked one allocation of this size) */
     double *re = mem, *im = mem + len * FFT_B, *tr = re + n * FFT_B, *ti = im + n * FFT_B;
     for (int64_t g = g0; g < g1; g++) {
         const int64_t l0 = g * FFT_B, nb = lines - l0 < FFT_B ? lines - l0 : FFT_B;
         for (int64_t b = 0; b < FFT_B; b++) {
             if (b < nb)
-                fft_gather(j, fft_line_off(j->x, j->dim, l0 + b), line);
+                fft_load_line(j, fft_line_off(j->x, j->dim, l0 + b), line);
             else
                 memset(line, 0, (size_t)n * sizeof *line);
             for (int64_t e = 0; e < n; e++) re[e * FFT_B + b] = line[e].re, im[e * FFT_B + b] = line[e].im;
         }
         fftb_exec(j->pl, re, im, tr, ti, j->stage);
-        const int64_t cnt = j->o->sizes[j->dim];
+        const int64_t cnt = j->half ? n : j->o->sizes[j->dim];
         for (int64_t b = 0; b < nb; b++) {
             for (int64_t e = 0; e < cnt; e++) line[e] = (cpx){re[e * FFT_B + b], im[e * FFT_B + b]};
-            fft_scatter(j, fft_line_off(j->o, j->dim, l0 + b), line);
+            fft_store_line(j, fft_line_off(j->o, j->dim, l0 + b), line, tmp);
         }
     }
     free(mem);
@@ -528,9 +600,12 @@ tpu_status tpu_k_fft(tpu_kargs *a) {
     tpu_status st = tpu_fft_check(a, &dim, &n, &lines);
     if (st != TPU_OK) return st;
     if (n == 0 || lines == 0 || a->t[0].sizes[dim] == 0) return TPU_OK;
-    fft_job j = {NULL, &a->t[0], &a->t[1], a->op, dim, false, a->p.f[0], n, 0, lines, fftb_stage_pick()};
-    j.inverse = a->op == TPU_OP_FFT_C2R || (a->op == TPU_OP_FFT_C2C && a->p.i[1] != 0);
-    fft_plan *pl = fft_plan_get(n);
+    const bool half = a->op != TPU_OP_FFT_C2C && n % 2 == 0;
+    fft_job j = {NULL, &a->t[0], &a->t[1],         a->op, dim, false, a->p.f[0], half, n, half ? n / 2 : n,
+                 0,    lines,    fftb_stage_pick()};
+    /* (half: the conjugations of the inverse are in fft_load_line / fft_store_line) */
+    j.inverse = !half && (a->op == TPU_OP_FFT_C2R || (a->op == TPU_OP_FFT_C2C && a->p.i[1] != 0));
+    fft_plan *pl = fft_plan_get(j.tn);
     void *probe = pl ? malloc((size_t)(2 * n + 2 * pl->m) * sizeof(cpx) * FFT_B) : NULL;
     if (!probe) {
         if (pl) fft_plan_put(pl);
@@ -538,9 +613,9 @@ tpu_status tpu_k_fft(tpu_kargs *a) {
     }
     free(probe);
     j.pl = pl;
-    j.tmp_len = pl->nf == 0 && n > 1 ? 2 * pl->m : n;
-    int64_t work = n * (pl->nf ? pl->nf : 4 * 20);
-    if (lines >= FFT_B / 2 && (n + j.tmp_len) * FFT_B * 16 <= FFT_B_BYTES) { /* vectorized across lines */
+    j.tmp_len = pl->nf == 0 && j.tn > 1 ? 2 * pl->m : j.tn;
+    int64_t work = j.tn * (pl->nf ? pl->nf : 4 * 20);
+    if (lines >= FFT_B / 2 && (j.tn + j.tmp_len) * FFT_B * 16 <= FFT_B_BYTES) { /* vectorized across lines */
         int64_t groups = (lines + FFT_B - 1) / FFT_B, gw = work * FFT_B;
         tpu_parallel_for(groups, gw >= 16384 ? 1 : 16384 / gw, fftb_groups, &j);
     } else {
