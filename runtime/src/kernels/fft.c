@@ -424,16 +424,6 @@ typedef struct fft_job {
     fftb_stage_fn *stage;
 } fft_job;
 
-static int64_t fft_line_off(const tpu_tensor *t, int dim, int64_t line) {
-    int64_t off = t->offset;
-    for (int k = t->ndim - 1; k >= 0; k--) {
-        if (k == dim) continue;
-        off += (line % t->sizes[k]) * t->strides[k];
-        line /= t->sizes[k];
-    }
-    return off;
-}
-
 /* Gather one line into buf as complex numbers, conjugated for the inverse
  * (c2r: the Hermitian extension of its first n/2+1 bins). */
 static void fft_gather(const fft_job *j, int64_t off, cpx *buf) {
@@ -558,9 +548,9 @@ static void fft_lines(void *ctx, int64_t l0, int64_t l1) {
     cpx *buf = malloc((size_t)(j->n + j->tn + j->tmp_len) * sizeof *buf);
     if (!buf) abort(); /* (the caller checked one allocation of this size) */
     for (int64_t l = l0; l < l1; l++) {
-        fft_load_line(j, fft_line_off(j->x, j->dim, l), buf);
+        fft_load_line(j, tpu_fft_line_off(j->x, j->dim, l), buf);
         fft_exec(j->pl, buf, buf + j->tn);
-        fft_store_line(j, fft_line_off(j->o, j->dim, l), buf, buf + j->tn + j->tmp_len);
+        fft_store_line(j, tpu_fft_line_off(j->o, j->dim, l), buf, buf + j->tn + j->tmp_len);
     }
     free(buf);
 }
@@ -578,7 +568,7 @@ static void fftb_groups(void *ctx, int64_t g0, int64_t g1) {
         const int64_t l0 = g * FFT_B, nb = lines - l0 < FFT_B ? lines - l0 : FFT_B;
         for (int64_t b = 0; b < FFT_B; b++) {
             if (b < nb)
-                fft_load_line(j, fft_line_off(j->x, j->dim, l0 + b), line);
+                fft_load_line(j, tpu_fft_line_off(j->x, j->dim, l0 + b), line);
             else
                 memset(line, 0, (size_t)n * sizeof *line);
             for (int64_t e = 0; e < n; e++) re[e * FFT_B + b] = line[e].re, im[e * FFT_B + b] = line[e].im;
@@ -587,7 +577,7 @@ static void fftb_groups(void *ctx, int64_t g0, int64_t g1) {
         const int64_t cnt = j->half ? n : j->o->sizes[j->dim];
         for (int64_t b = 0; b < nb; b++) {
             for (int64_t e = 0; e < cnt; e++) line[e] = (cpx){re[e * FFT_B + b], im[e * FFT_B + b]};
-            fft_store_line(j, fft_line_off(j->o, j->dim, l0 + b), line, tmp);
+            fft_store_line(j, tpu_fft_line_off(j->o, j->dim, l0 + b), line, tmp);
         }
     }
     free(mem);

@@ -39,6 +39,8 @@ tpu_status tpu_conv2d_check(tpu_kargs *a, tpu_conv_geom *g);
 /* FFT (ref/ref_fft.c): ranks, dtypes, sizes; *n is the transform length,
  * *lines the number of lines (positions of the dims other than dim). */
 tpu_status tpu_fft_check(tpu_kargs *a, int *dim, int64_t *n, int64_t *lines);
+/* Element offset in t of line `line` (row-major over the dims but dim). */
+int64_t tpu_fft_line_off(const tpu_tensor *t, int dim, int64_t line);
 /* RNN cells (ref/ref_rnn.c): *B, *H are the batch and hidden sizes. */
 tpu_status tpu_rnn_check(tpu_kargs *a, int64_t *B, int64_t *H);
 

@@ -1,4 +1,4 @@
-/* ref_fft.c - the FFT family's operand check and reference kernel: the
+/* ref_fft.c - the FFT family's operand check, the line offsets both its kernels use, and the reference kernel: the
  * discrete Fourier transform by its definition, O(n^2) per line, summed in
  * long double with each angle reduced exactly (j*k mod n) before the sine
  * and cosine, the oracle the fast kernel (kernels/fft.c) is tested against. */
@@ -55,8 +55,7 @@ tpu_status tpu_fft_check(tpu_kargs *a, int *dim, int64_t *n, int64_t *lines) {
     return TPU_OK;
 }
 
-/* Element offset of line `line` (row-major over the dims but dim). */
-static int64_t fft_line_off(const tpu_tensor *t, int dim, int64_t line) {
+int64_t tpu_fft_line_off(const tpu_tensor *t, int dim, int64_t line) {
     int64_t off = t->offset;
     for (int k = t->ndim - 1; k >= 0; k--) {
         if (k == dim) continue;
@@ -102,7 +101,7 @@ tpu_status tpu_ref_fft(tpu_kargs *a) {
         return tpu_kernel_fail(a, "%s: out of host memory", tpu_op_name(a->op));
     }
     for (int64_t l = 0; l < lines; l++) {
-        int64_t xo = fft_line_off(x, dim, l), oo = fft_line_off(o, dim, l);
+        int64_t xo = tpu_fft_line_off(x, dim, l), oo = tpu_fft_line_off(o, dim, l);
         /* The line's n input points; c2r: the Hermitian extension of its n/2+1 bins. */
         for (int64_t j = 0; j < n; j++) {
             if (a->op != TPU_OP_FFT_C2R || j <= n / 2) {
