@@ -199,19 +199,20 @@ static tpu_tensor part_desc(const at::Tensor& t, int part, const at::Tensor& lik
   return d;
 }
 
-// dst = src (a tpu tensor, or a 0-dim CPU one) through real launches: out
-// and in as descriptors (a complex operand: one part of its real view), a
-// COPY (a cast) or a NEG when `negate`.
+// o = i (descriptors; a complex operand: one part of its real view) by a
+// COPY (a cast), or a NEG when `negate`.
 static void copy_launch(tpu_tensor o, tpu_tensor i, bool negate) {
   tpu_params p{};
   p.compute_dtype = o.dtype;
   tpu_tensor ts[2] = {o, i};
-  if (!negate) {
-    submit(TPU_OP_COPY, ts, 2, p);
-    return;
-  }
-  if (i.dtype == TPU_BOOL) p.compute_dtype = TPU_BOOL;
-  submit(TPU_OP_NEG, ts, 2, p);
+  submit(negate ? TPU_OP_NEG : TPU_OP_COPY, ts, 2, p);
+}
+// o = v everywhere.
+static void fill_launch(tpu_tensor o, double v) {
+  tpu_params p{};
+  p.compute_dtype = o.dtype;
+  tpu_tensor ts[2] = {o, tpu_tensor_scalar_f(v, TPU_F64)};
+  submit(TPU_OP_FILL, ts, 2, p);
 }
 
 // The copy at the heart of copy_ on the device: dtype conversion,
@@ -240,14 +241,10 @@ void device_copy(const at::Tensor& dst, const at::Tensor& src) {
     if (src.is_neg()) z = -z;
     if (dst.is_conj()) z = std::conj(z);
     if (dst.is_neg()) z = -z;
-    if (dc) {
+    if (dc)
       fill_complex(dst, z);
-    } else {
-      tpu_tensor ts[2] = {desc(dst), tpu_tensor_scalar_f(z.real(), TPU_F64)};
-      tpu_params p{};
-      p.compute_dtype = ts[0].dtype;
-      submit(TPU_OP_FILL, ts, 2, p);
-    }
+    else
+      fill_launch(desc(dst), z.real());
     return;
   }
   tpu_tensor o = dc ? part_desc(dst, 0, dst) : desc(dst);
@@ -255,15 +252,10 @@ void device_copy(const at::Tensor& dst, const at::Tensor& src) {
   copy_launch(o, i, neg);
   if (!dc) return;
   tpu_tensor oi = part_desc(dst, 1, dst);
-  if (sc) {
+  if (sc)
     copy_launch(oi, part_desc(src, 1, dst), neg != conj);
-  } else {
-    tpu_tensor z = tpu_tensor_scalar_f(0.0, TPU_F64);
-    tpu_tensor ts[2] = {oi, z};
-    tpu_params p{};
-    p.compute_dtype = oi.dtype;
-    submit(TPU_OP_FILL, ts, 2, p);
-  }
+  else
+    fill_launch(oi, 0.0);
 }
 
 at::Tensor wrap(const c10::Scalar& s) {
@@ -276,12 +268,8 @@ at::Tensor wrap(const c10::Scalar& s) {
 // A complex tensor's data set to z: its real view's two parts as fills.
 void fill_complex(const at::Tensor& self, c10::complex<double> z) {
   if (self.numel() == 0) return;
-  tpu_params p{};
-  for (int part = 0; part < 2; part++) {
-    tpu_tensor ts[2] = {part_desc(self, part, self), tpu_tensor_scalar_f(part ? z.imag() : z.real(), TPU_F64)};
-    p.compute_dtype = ts[0].dtype;
-    submit(TPU_OP_FILL, ts, 2, p);
-  }
+  fill_launch(part_desc(self, 0, self), z.real());
+  fill_launch(part_desc(self, 1, self), z.imag());
 }
 
 static at::Tensor& fill_s(at::Tensor& self, const c10::Scalar& v0) {
