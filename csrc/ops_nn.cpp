@@ -1067,25 +1067,27 @@ static tpu_params win_params(int64_t kh, int64_t kw, c10::IntArrayRef st, c10::I
                     .padding = one_d ? pack2(0, at2(pad, 0, 0)) : pack2(at2(pad, 0, 0), at2(pad, 1, 0)),
                     .dilation = one_d ? pack2(1, at2(dil, 0, 1)) : pack2(at2(dil, 0, 1), at2(dil, 1, 1)));
 }
+// Where a convolution sums partial products outside the matrix unit (the
+// windows COL2IM folds, the batch's weight gradients) the half types sum in
+// float32 and round once, as the CPU's kernels do.
+static c10::ScalarType window_acc(c10::ScalarType st) {
+  return st == at::kHalf || st == at::kBFloat16 ? at::kFloat : st;
+}
 static int64_t conv_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) {
   return (in + 2 * p - d * (k - 1) - 1) / s + 1;
 }
 
-// 3-d convolutions are not native yet: they run through the counted CPU
-// fallback (warned once, off with TORCH_TPU_CPU_FALLBACK=0).
-// convolution_overrideable has no CPU kernel for the boxed fallback to call,
-// so the fallback calls CPU's convolution here.
-static bool conv_native(const at::Tensor& input) { return input.dim() == 3 || input.dim() == 4; }
-static at::Tensor convolution_fallback(const at::Tensor& input, const at::Tensor& weight,
-                                       const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
-                                       c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
-                                       c10::IntArrayRef output_padding, int64_t groups) {
-  note_cpu_fallback("aten::convolution_overrideable");
-  std::optional<at::Tensor> b;
-  if (bias && bias->defined()) b = bias->cpu();
-  return at::convolution(input.cpu(), weight.cpu(), b, stride, padding, dilation, transposed, output_padding, groups)
-      .to(input.device());
-}
+// 3-d convolutions (conv3d, conv_transpose3d) are composed from the 2-d ones
+// below; their definitions follow the 2-d backward.
+static at::Tensor conv3d(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                         c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
+                         c10::IntArrayRef output_padding, int64_t groups);
+static std::tuple<at::Tensor, at::Tensor, at::Tensor> conv3d_backward(const at::Tensor& grad, const at::Tensor& input,
+                                                                      const at::Tensor& weight, c10::IntArrayRef stride,
+                                                                      c10::IntArrayRef padding,
+                                                                      c10::IntArrayRef dilation, bool transposed,
+                                                                      c10::IntArrayRef output_padding, int64_t groups,
+                                                                      std::array<bool, 3> mask);
 
 // Transposed convolution (1-d, 2-d): the input-gradient of a convolution
 // whose weight it shares (Cin, Cout/G, kh, kw). Forward, per group: the
@@ -1134,8 +1136,9 @@ static at::Tensor conv_transpose(const at::Tensor& input, const at::Tensor& weig
   ConvT c = convt_setup(input, weight, stride, padding, dilation, output_padding, groups);
   TORCH_CHECK(c.OH > 0 && c.OW > 0, "Given input size per channel: (", c.H, " x ", c.W,
               "). Calculated output size per channel: (", c.OH, " x ", c.OW, "). Output size is too small");
-  at::Tensor out = at::empty({c.N, c.Cog * c.G, c.direct ? c.OH : c.FH, c.direct ? c.OW : c.FW}, c.x.options());
-  at::Tensor cols = at::empty({c.N, c.K, c.L}, c.x.options());
+  const auto acc = c.x.options().dtype(window_acc(c.x.scalar_type()));
+  at::Tensor out = at::empty({c.N, c.Cog * c.G, c.direct ? c.OH : c.FH, c.direct ? c.OW : c.FW}, acc);
+  at::Tensor cols = at::empty({c.N, c.K, c.L}, acc);
   at::Tensor wm = c.w.reshape({c.Cin, c.K});
   for (int64_t g = 0; g < c.G; g++) {
     at::Tensor xg = c.x.narrow(1, g * c.Cig, c.Cig), wg = wm.narrow(0, g * c.Cig, c.Cig);
@@ -1147,12 +1150,13 @@ static at::Tensor conv_transpose(const at::Tensor& input, const at::Tensor& weig
   }
   if (!c.direct) {  // the output: the uncropped image's window at the padding, zeros past its end
     at::Tensor full = out;
-    out = at::zeros({c.N, c.Cog * c.G, c.OH, c.OW}, c.x.options());
+    out = at::zeros({c.N, c.Cog * c.G, c.OH, c.OW}, acc);
     int64_t rows = std::min(c.OH, c.FH - c.ph), colsn = std::min(c.OW, c.FW - c.pw);
     if (rows > 0 && colsn > 0)
       out.narrow(2, 0, rows).narrow(3, 0, colsn).copy_(full.narrow(2, c.ph, rows).narrow(3, c.pw, colsn));
   }
   if (bias.has_value() && bias->defined()) out.add_(bias->view({1, -1, 1, 1}));
+  out = out.to(c.x.scalar_type());
   return c.one_d ? out.squeeze(2) : out;
 }
 static std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose_backward(
@@ -1185,7 +1189,8 @@ static std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose_backward(
            as3(wg, c.N, c.Cig, c.K, 0, wg.stride(0), wg.stride(1)), bat3(cols), nullptr, {}, 1.0, 0.0);
     }
     if (mask[1]) {
-      at::Tensor xg = c.x.narrow(1, g * c.Cig, c.Cig), part = at::empty({c.N, c.Cig, c.K}, c.x.options());
+      at::Tensor xg = c.x.narrow(1, g * c.Cig, c.Cig);
+      at::Tensor part = at::empty({c.N, c.Cig, c.K}, c.x.options().dtype(window_acc(c.x.scalar_type())));
       gemm(part, bat3(part), as3(xg, c.N, c.Cig, c.L, xg.stride(0), xg.stride(1), 1),
            as3(cols, c.N, c.L, c.K, cols.stride(0), 1, cols.stride(1)), nullptr, {}, 1.0, 0.0);
       gw.narrow(0, g * c.Cig, c.Cig).copy_(part.sum(0));
@@ -1203,8 +1208,8 @@ static at::Tensor convolution(const at::Tensor& input_, const at::Tensor& weight
                               const std::optional<at::Tensor>& bias, c10::IntArrayRef stride, c10::IntArrayRef padding,
                               c10::IntArrayRef dilation, bool transposed, c10::IntArrayRef output_padding,
                               int64_t groups) {
-  if (!conv_native(input_))
-    return convolution_fallback(input_, weight_, bias, stride, padding, dilation, transposed, output_padding, groups);
+  if (input_.dim() == 5)
+    return conv3d(input_, weight_, bias, stride, padding, dilation, transposed, output_padding, groups);
   if (transposed) return conv_transpose(input_, weight_, bias, stride, padding, dilation, output_padding, groups);
   const bool one_d = input_.dim() == 3;
   at::Tensor x = one_d ? input_.unsqueeze(2) : input_, w = one_d ? weight_.unsqueeze(2) : weight_;
@@ -1255,19 +1260,33 @@ static at::Tensor convolution(const at::Tensor& input_, const at::Tensor& weight
   return one_d ? out.squeeze(2) : out;
 }
 
+// The output's layout, as the CPU's kernels choose it: channels-last when the
+// input or the weight is (oneDNN's rule; its float64 3-d kernel stays
+// contiguous). A 1-d convolution is a 2-d one on unsqueezed tensors there too.
+static at::Tensor conv_layout(at::Tensor out, const at::Tensor& input, const at::Tensor& weight) {
+  const int nd = static_cast<int>(input.dim());
+  const auto st = input.scalar_type();
+  if (!isFloatingType(st) || (nd == 5 && st == at::kDouble)) return out;
+  auto fmt = nd == 5 ? at::MemoryFormat::ChannelsLast3d : at::MemoryFormat::ChannelsLast;
+  auto as4 = [nd](const at::Tensor& t) { return nd == 3 ? t.unsqueeze(2) : t; };
+  if (nd < 3 || (as4(input).suggest_memory_format() != fmt && as4(weight).suggest_memory_format() != fmt)) return out;
+  return nd == 3 ? out.unsqueeze(2).contiguous(fmt).squeeze(2) : out.contiguous(fmt);
+}
+static at::Tensor convolution_op(const at::Tensor& input, const at::Tensor& weight,
+                                 const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
+                                 c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
+                                 c10::IntArrayRef output_padding, int64_t groups) {
+  return conv_layout(
+      at::tpu::convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups), input,
+      weight);
+}
+
 static std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(
     const at::Tensor& grad_, const at::Tensor& input_, const at::Tensor& weight_, c10::IntArrayRef stride,
     c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed, c10::IntArrayRef output_padding,
     int64_t groups, std::array<bool, 3> mask) {
-  if (!conv_native(input_)) {
-    note_cpu_fallback("aten::convolution_backward_overrideable");
-    std::vector<int64_t> bias_sizes{weight_.size(transposed ? 1 : 0) * (transposed ? groups : 1)};
-    auto [gi, gw, gb] = at::convolution_backward(grad_.cpu(), input_.cpu(), weight_.cpu(),
-                                                 mask[2] ? std::optional<c10::IntArrayRef>(bias_sizes) : std::nullopt,
-                                                 stride, padding, dilation, transposed, output_padding, groups, mask);
-    auto back = [&](const at::Tensor& t) { return t.defined() ? t.to(input_.device()) : t; };
-    return {back(gi), back(gw), back(gb)};
-  }
+  if (input_.dim() == 5)
+    return conv3d_backward(grad_, input_, weight_, stride, padding, dilation, transposed, output_padding, groups, mask);
   if (transposed)
     return conv_transpose_backward(grad_, input_, weight_, stride, padding, dilation, output_padding, groups, mask);
   const bool one_d = input_.dim() == 3;
@@ -1281,7 +1300,9 @@ static std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(
   if (mask[1]) gw = at::empty({O, K}, w.options());
   if (mask[2]) gb = gy.sum({0, 2, 3});
   at::Tensor wm = w.reshape({O, K});
-  at::Tensor cols = at::empty({N, K, L}, x.options());
+  const auto acc = x.options().dtype(window_acc(x.scalar_type()));
+  at::Tensor cols = at::empty({N, K, L}, x.options()), dcols = mask[0] ? at::empty({N, K, L}, acc) : at::Tensor();
+  at::Tensor gxa = mask[0] && acc.dtype() != x.dtype() ? at::empty(x.sizes(), acc) : gx;
   at::Tensor gy3 = gy.view({N, O, L});
   for (int64_t g = 0; g < G; g++) {
     at::Tensor gyg = gy3.narrow(1, g * Og, Og);
@@ -1289,23 +1310,165 @@ static std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(
       at::Tensor xg = x.narrow(1, g * Cg, Cg);
       tpu_tensor ts[2] = {desc(cols), desc(xg)};
       submit(TPU_OP_IM2COL, ts, 2, p);
-      at::Tensor part = at::empty({N, Og, K}, x.options());
+      at::Tensor part = at::empty({N, Og, K}, acc);
       gemm(part, bat3(part), bat3(gyg), as3(cols, N, L, K, cols.stride(0), 1, cols.stride(1)), nullptr, {}, 1.0, 0.0);
       gw.narrow(0, g * Og, Og).copy_(part.sum(0));
     }
     if (mask[0]) {  // dcols = W_g^T @ gy_g, then fold windows back
       at::Tensor wg = wm.narrow(0, g * Og, Og);
-      gemm(cols, bat3(cols), as3(wg, N, K, Og, 0, wg.stride(1), wg.stride(0)), bat3(gyg), nullptr, {}, 1.0, 0.0);
-      at::Tensor gxg = gx.narrow(1, g * Cg, Cg);
-      tpu_tensor ts[2] = {desc(gxg), desc(cols)};
+      gemm(dcols, bat3(dcols), as3(wg, N, K, Og, 0, wg.stride(1), wg.stride(0)), bat3(gyg), nullptr, {}, 1.0, 0.0);
+      at::Tensor gxg = gxa.narrow(1, g * Cg, Cg);
+      tpu_tensor ts[2] = {desc(gxg), desc(dcols)};
       submit(TPU_OP_COL2IM, ts, 2, p);
     }
   }
+  if (mask[0] && !gxa.is_same(gx)) gx.copy_(gxa);
   if (gw.defined()) gw = gw.view(w.sizes());
   if (one_d) {
     if (gx.defined()) gx = gx.squeeze(2);
     if (gw.defined()) gw = gw.squeeze(2);
   }
+  return {gx, gw, gb};
+}
+
+// 3-d convolution as one 2-d convolution over depth windows. A kernel of
+// depth KD, stride sd and dilation dd reads, for output depth od, the
+// depth-padded input's slices od * sd + kd * dd. Gathered into the channels
+// (channel c * KD + kd, so each group's channels stay together), those
+// windows make conv3d(x, w) the conv2d of an (N * OD, C * KD, H, W) image with
+// the weight (O, C / G * KD, kh, kw), a view of w: the 2-d kernels then
+// accumulate each output over the whole window once, as the CPU's 3-d kernel.
+// Transposed, it is the adjoint: the conv_transpose2d of the depth slices
+// gives (N * D, Cout * KD, OH, OW), whose windows add back into the uncropped
+// depth. The gradients follow the same two maps the other way. Sums of
+// windows that overlap (sd < KD * dd) run in float32 for the half types.
+struct Conv3 {
+  int64_t KD, sd, pd, dd, opd;
+  std::vector<int64_t> s2, p2, d2, op2;  // the 2-d convolution's parameters (height, width)
+};
+static Conv3 conv3_setup(const at::Tensor& weight, c10::IntArrayRef stride, c10::IntArrayRef padding,
+                         c10::IntArrayRef dilation, bool transposed, c10::IntArrayRef output_padding) {
+  auto p3 = [](c10::IntArrayRef v, size_t i, int64_t d) { return v.empty() ? d : v[v.size() == 1 ? 0 : i]; };
+  Conv3 c{weight.size(2),
+          p3(stride, 0, 1),
+          p3(padding, 0, 0),
+          p3(dilation, 0, 1),
+          transposed ? p3(output_padding, 0, 0) : 0,
+          {},
+          {},
+          {},
+          {}};
+  for (size_t i = 1; i < 3; i++) {
+    c.s2.push_back(p3(stride, i, 1));
+    c.p2.push_back(p3(padding, i, 0));
+    c.d2.push_back(p3(dilation, i, 1));
+    c.op2.push_back(transposed ? p3(output_padding, i, 0) : 0);
+  }
+  return c;
+}
+// (N, C, Dp, H, W) -> (N * n, C * KD, H, W): the n depth windows of a volume, window i at depth i * sd.
+static at::Tensor depth_windows(const at::Tensor& v, const Conv3& c, int64_t n) {
+  const int64_t N = v.size(0), C = v.size(1), H = v.size(3), W = v.size(4);
+  auto s = v.strides();
+  return v.as_strided({N, n, C, c.KD, H, W}, {s[0], c.sd * s[2], s[1], c.dd * s[2], s[3], s[4]}, v.storage_offset())
+      .reshape({N * n, C * c.KD, H, W});
+}
+// The adjoint: t (N * n, C * KD, H, W) added into the volume acc (N, C, Dp, H, W), one strided slice per kd.
+static void depth_windows_add(at::Tensor& acc, const at::Tensor& t, const Conv3& c, int64_t n) {
+  const int64_t N = acc.size(0), C = acc.size(1), H = acc.size(3), W = acc.size(4);
+  at::Tensor tv = t.view({N, n, C, c.KD, H, W});
+  for (int64_t kd = 0; kd < c.KD; kd++)
+    acc.slice(2, kd * c.dd, kd * c.dd + (n - 1) * c.sd + 1, c.sd).add_(tv.select(3, kd).permute({0, 2, 1, 3, 4}));
+}
+// x zero-padded by `before` / `after` slices in depth (d: the depth kept from x).
+static at::Tensor pad_depth(const at::Tensor& x, int64_t before, int64_t after, int64_t d) {
+  if (before == 0 && after == 0 && d == x.size(2)) return x;
+  auto sz = x.sizes().vec();
+  sz[2] = before + d + after;
+  at::Tensor out = at::zeros(sz, x.options());
+  if (d > 0) out.narrow(2, before, d).copy_(x.narrow(2, 0, d));
+  return out;
+}
+// (N, n, C, H, W) <-> (N * n, C, H, W) with the depth moved next to the batch.
+static at::Tensor depth_to_batch(const at::Tensor& x) {
+  return x.permute({0, 2, 1, 3, 4}).reshape({x.size(0) * x.size(2), x.size(1), x.size(3), x.size(4)});
+}
+// A fresh contiguous copy with the CPU's strides (contiguous() keeps a view whose only odd strides are at size-1 dims).
+static at::Tensor dense(const at::Tensor& t) {
+  at::Tensor out = at::empty(t.sizes(), t.options());
+  out.copy_(t);
+  return out;
+}
+static at::Tensor batch_to_depth(const at::Tensor& x, int64_t N) {
+  return dense(x.view({N, x.size(0) / N, x.size(1), x.size(2), x.size(3)}).permute({0, 2, 1, 3, 4}));
+}
+
+static at::Tensor conv3d(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                         c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
+                         c10::IntArrayRef output_padding, int64_t groups) {
+  const Conv3 c = conv3_setup(weight, stride, padding, dilation, transposed, output_padding);
+  const int64_t N = input.size(0), D = input.size(2);
+  at::Tensor w2 = weight.reshape({weight.size(0), weight.size(1) * c.KD, weight.size(3), weight.size(4)});
+  const bool has_bias = bias.has_value() && bias->defined();
+  if (!transposed) {
+    const int64_t OD = conv_out(D, c.KD, c.sd, c.pd, c.dd);
+    TORCH_CHECK(OD > 0, "Calculated output size is too small for the input size ", input.sizes());
+    at::Tensor x2 = depth_windows(pad_depth(input, c.pd, c.pd, D), c, OD);
+    return batch_to_depth(at::tpu::convolution(x2, w2, bias, c.s2, c.p2, c.d2, false, c.op2, groups), N);
+  }
+  const int64_t Dp = (D - 1) * c.sd + c.dd * (c.KD - 1) + 1, OD = Dp - 2 * c.pd + c.opd;
+  TORCH_CHECK(OD > 0, "Given input size per channel: (", D, " x ", input.size(3), " x ", input.size(4),
+              "). Output size is too small");
+  // Overlapping windows sum the slices' partial outputs: the half types run in float32 then (one rounding).
+  const auto wdt = c.sd < c.KD * c.dd ? window_acc(input.scalar_type()) : input.scalar_type();
+  at::Tensor t = at::tpu::convolution(depth_to_batch(input).to(wdt), w2.to(wdt), std::nullopt, c.s2, c.p2, c.d2, true,
+                                      c.op2, groups);
+  const int64_t Cout = t.size(1) / c.KD;
+  at::Tensor acc = at::zeros({N, Cout, std::max(Dp, c.pd + OD), t.size(2), t.size(3)},
+                             t.options().dtype(window_acc(t.scalar_type())));
+  depth_windows_add(acc, t, c, D);
+  at::Tensor out = acc.narrow(2, c.pd, OD);
+  if (has_bias) out = out.add(bias->view({1, -1, 1, 1, 1}));
+  return dense(out.to(input.scalar_type()));
+}
+
+static std::tuple<at::Tensor, at::Tensor, at::Tensor> conv3d_backward(const at::Tensor& grad, const at::Tensor& input,
+                                                                      const at::Tensor& weight, c10::IntArrayRef stride,
+                                                                      c10::IntArrayRef padding,
+                                                                      c10::IntArrayRef dilation, bool transposed,
+                                                                      c10::IntArrayRef output_padding, int64_t groups,
+                                                                      std::array<bool, 3> mask) {
+  const Conv3 c = conv3_setup(weight, stride, padding, dilation, transposed, output_padding);
+  const int64_t N = input.size(0), D = input.size(2), OD = grad.size(2);
+  at::Tensor w2 = weight.reshape({weight.size(0), weight.size(1) * c.KD, weight.size(3), weight.size(4)});
+  at::Tensor gx, gw, gb;
+  if (mask[2]) gb = grad.sum({0, 2, 3, 4});
+  if (!mask[0] && !mask[1]) return {gx, gw, gb};
+  std::array<bool, 3> m2{mask[0], mask[1], false};
+  if (!transposed) {
+    // x2's values only feed the weight gradient; the input gradient needs its shape.
+    auto shape = std::vector<int64_t>{N * OD, input.size(1) * c.KD, input.size(3), input.size(4)};
+    at::Tensor x2 = mask[1] ? depth_windows(pad_depth(input, c.pd, c.pd, D), c, OD) : at::empty(shape, input.options());
+    // Overlapping windows sum the slices' input gradients: the half types run in float32 then (one rounding).
+    const auto wdt = mask[0] && c.sd < c.KD * c.dd ? window_acc(input.scalar_type()) : input.scalar_type();
+    auto [gx2, gw2, gb2] = at::tpu::convolution_backward(depth_to_batch(grad).to(wdt), x2.to(wdt), w2.to(wdt), c.s2,
+                                                         c.p2, c.d2, false, c.op2, groups, m2);
+    if (mask[0]) {
+      at::Tensor acc = at::zeros({N, input.size(1), D + 2 * c.pd, input.size(3), input.size(4)},
+                                 input.options().dtype(window_acc(input.scalar_type())));
+      depth_windows_add(acc, gx2, c, OD);
+      gx = dense(acc.narrow(2, c.pd, D).to(input.scalar_type()));
+    }
+    if (mask[1]) gw = gw2.view(weight.sizes()).to(weight.scalar_type());
+    return {gx, gw, gb};
+  }
+  const int64_t Dp = (D - 1) * c.sd + c.dd * (c.KD - 1) + 1;
+  at::Tensor gt =
+      depth_windows(pad_depth(grad, c.pd, std::max<int64_t>(0, Dp - c.pd - OD), std::min(OD, Dp - c.pd)), c, D);
+  auto [gx2, gw2, gb2] =
+      at::tpu::convolution_backward(gt, depth_to_batch(input), w2, c.s2, c.p2, c.d2, true, c.op2, groups, m2);
+  if (mask[0]) gx = batch_to_depth(gx2, N);
+  if (mask[1]) gw = gw2.view(weight.sizes());
   return {gx, gw, gb};
 }
 
@@ -1569,7 +1732,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   TPU_IMPL(m, "masked_select", masked_select);
   TPU_IMPL(m, "masked_select.out", masked_select_out);
   // convolution, pooling
-  TPU_IMPL(m, "convolution_overrideable", convolution);
+  TPU_IMPL(m, "convolution_overrideable", convolution_op);
   TPU_IMPL(m, "convolution_backward_overrideable", convolution_backward);
   TPU_IMPL(m, "max_pool2d_with_indices", max_pool2d_with_indices);
   TPU_IMPL(m, "max_pool2d_with_indices_backward", max_pool2d_with_indices_backward);

@@ -266,39 +266,6 @@ def test_empty_index_of_any_integer_dtype():
         assert str(tpu_err.value).split("\n")[0] == str(cpu_err.value).split("\n")[0]
 
 
-CONVS = [
-    ("conv3d", lambda x, w, b: F.conv3d(x, w, b, stride=1, padding=1), (1, 2, 4, 5, 6), (3, 2, 3, 3, 3)),
-    ("conv_transpose3d", lambda x, w, b: F.conv_transpose3d(x, w, b, stride=2), (1, 2, 3, 3, 3), (2, 3, 2, 2, 2)),
-]
-
-
-@pytest.mark.parametrize("name,fn,xs,ws", CONVS, ids=[c[0] for c in CONVS])
-def test_convolutions_without_native_kernel_fall_back(name, fn, xs, ws):
-    torch.manual_seed(0)
-    x, w = torch.randn(xs, requires_grad=True), torch.randn(ws, requires_grad=True)
-    out_ch = ws[1] if "transpose" in name else ws[0]
-    b = torch.randn(out_ch, requires_grad=True)
-    xt, wt, bt = (t.detach().to("tpu").requires_grad_() for t in (x, w, b))
-    torch_tpu.reset_fallback_counts()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yc, yt = fn(x, w, b), fn(xt, wt, bt)
-        assert_close(yt, yc, rtol=1e-4, atol=1e-4)
-        g = torch.randn_like(yc)
-        yc.backward(g)
-        yt.backward(g.to("tpu"))
-    for a, c in ((xt, x), (wt, w), (bt, b)):
-        assert_close(a.grad, c.grad, rtol=1e-4, atol=1e-4)
-    counts = torch_tpu.fallback_counts()
-    assert counts.get("aten::convolution_overrideable", 0) >= 1, counts
-    torch_tpu.set_cpu_fallback_enabled(False)
-    try:
-        with pytest.raises(NotImplementedError, match="convolution_overrideable"):
-            fn(xt, wt, bt)
-    finally:
-        torch_tpu.set_cpu_fallback_enabled(True)
-
-
 @pytest.mark.parametrize("nd", [9, 12, 25])
 def test_high_rank_tensors(nd):
     torch.manual_seed(0)

@@ -13,7 +13,7 @@ NAMES = [
     "nn.functional.max_unpool2d", "nn.functional.binary_cross_entropy", "nn.functional.hardswish", "eye", "logspace",
     "roll", "bucketize", "index_copy", "unfold", "sort", "argsort", "topk", "nonzero", "argwhere", "histc", "bincount",
     "isin", "floor_divide", "scatter", "index_put", "take_along_dim", "nn.functional.logsigmoid",
-    "nn.functional.conv_transpose1d", "nn.functional.conv_transpose2d", "nn.functional.group_norm", "flip",
+    "nn.functional.conv_transpose1d", "nn.functional.conv_transpose2d", "nn.functional.conv_transpose3d", "nn.functional.conv3d", "nn.functional.group_norm", "flip",
     "diag_embed", "trace", "std_mean", "aminmax", "tril_indices", "triu_indices", "nn.functional.pixel_shuffle",
     "nn.functional.pixel_unshuffle", "nn.functional.channel_shuffle", "nn.functional.soft_margin_loss",
     "special.xlog1py", "sgn", "nn.functional.grid_sample", "nn.functional.avg_pool2d",

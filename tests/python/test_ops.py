@@ -471,6 +471,63 @@ def test_conv_transpose_native(cfg):
     assert torch_tpu.fallback_counts() == {}
 
 
+@pytest.mark.parametrize("cfg", [
+    dict(stride=1, padding=0, dilation=1, groups=1), dict(stride=2, padding=1, dilation=1, groups=2),
+    dict(stride=(2, 1, 3), padding=(2, 0, 1), dilation=(2, 1, 1), groups=1),
+    dict(stride=(1, 2, 1), padding="same", dilation=(1, 1, 2), groups=2),
+])
+def test_conv3d_native(cfg):
+    """conv3d (one 2-d convolution over depth windows): forward and all three gradients, no CPU fallback."""
+    if cfg["padding"] == "same":
+        cfg = dict(cfg, stride=1)
+    tol = {"atol": 1e-4, "rtol": 1e-4}
+    torch_tpu.reset_fallback_counts()
+    x, w, b = gen(2, 4, 7, 6, 8), gen(6, 4 // cfg["groups"], 3, 2, 3, seed=1), gen(6, seed=2)
+    check(F.conv3d, x, w, b, **cfg, **tol)
+    check(F.conv3d, x, w, None, **cfg, **tol)
+    cpu, tpu = grads(lambda x, w, b: F.conv3d(x, w, b, **cfg), x, w, b)
+    for a, e in zip(tpu, cpu):
+        assert_close(a, e, **tol)
+    xc = x.to(memory_format=torch.channels_last_3d)  # any input layout
+    check(F.conv3d, xc, w, b, **cfg, **tol)
+    assert torch_tpu.fallback_counts() == {}
+
+
+@pytest.mark.parametrize("cfg", [
+    dict(stride=1, padding=0, output_padding=0, groups=1, dilation=1),
+    dict(stride=2, padding=1, output_padding=1, groups=2, dilation=1),
+    dict(stride=(3, 1, 2), padding=(0, 1, 1), output_padding=(2, 0, 1), groups=1, dilation=(1, 2, 1)),
+    dict(stride=2, padding=0, output_padding=1, groups=1, dilation=2),
+])
+def test_conv_transpose3d_native(cfg):
+    """conv_transpose3d (the adjoint of the depth windows): forward and all three gradients, no CPU fallback."""
+    tol = {"atol": 1e-4, "rtol": 1e-4}
+    torch_tpu.reset_fallback_counts()
+    x, w, b = gen(2, 4, 3, 4, 5), gen(4, 6 // cfg["groups"], 2, 3, 2, seed=1), gen(6, seed=2)
+    check(F.conv_transpose3d, x, w, b, **cfg, **tol)
+    cpu, tpu = grads(lambda x, w, b: F.conv_transpose3d(x, w, b, **cfg), x, w, b)
+    for a, e in zip(tpu, cpu):
+        assert_close(a, e, **tol)
+    assert torch_tpu.fallback_counts() == {}
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16, torch.float16])
+def test_conv3d_dtypes_and_empty_batch(dtype):
+    tol = {"float64": dict(atol=1e-10, rtol=1e-10)}.get(str(dtype)[6:], dict(atol=5e-2, rtol=2e-2))
+    x, w, b = (t.to(dtype) for t in (gen(1, 3, 5, 6, 7), gen(4, 3, 3, 3, 3, seed=1), gen(4, seed=2)))
+    check(F.conv3d, x, w, b, stride=2, padding=1, **tol)
+    wt = gen(3, 2, 3, 3, 3, seed=3).to(dtype)
+    check(F.conv_transpose3d, x, wt, None, stride=2, padding=1, output_padding=1, **tol)
+    cpu, tpu = grads(lambda x, w, b: F.conv3d(x, w, b, padding=1), x, w, b)
+    for a, e in zip(tpu, cpu):
+        assert_close(a, e, **tol)
+    e = gen(0, 3, 5, 6, 7).to(dtype)
+    assert F.conv3d(e.to("tpu"), w.to("tpu"), b.to("tpu")).shape == F.conv3d(e, w, b).shape
+    # Shape errors stay the CPU's (checked before the op reaches the device).
+    with pytest.raises(RuntimeError, match="Kernel size can't be greater than actual input size"):
+        F.conv3d(x.to("tpu"), gen(4, 3, 9, 3, 3).to(dtype).to("tpu"))
+
+
 def test_conv1d_pool_batchnorm():
     tol = {"atol": 1e-4, "rtol": 1e-4}
     check(F.conv1d, gen(2, 3, 17), gen(5, 3, 4, seed=1), gen(5, seed=2), stride=2, padding=1, **tol)
