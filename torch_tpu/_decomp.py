@@ -23,7 +23,7 @@ csrc/ and out of this table.
   against the CPU on OpInfo's samples, forward and backward, with the CPU
   fallback off): ``glu``, ``prelu``, nearest / bilinear / bicubic / trilinear
   upsampling, ``im2col`` / ``col2im`` (``F.unfold`` / ``F.fold``), reflection
-  padding, ``max_unpool2d``, ``unfold_backward``, ``index_copy`` (a static
+  padding, ``max_unpool2d`` / ``max_unpool3d``, ``hardsigmoid_backward``, ``unfold_backward``, ``index_copy`` (a static
   KV cache's update), ``grid_sampler_2d`` (differentiated through its
   decomposition, as are the upsampling ops, which have no autograd formula of
   their own here), ``eye``, ``logspace``, ``roll``, ``bucketize``, ``index_fill``,
@@ -2037,6 +2037,8 @@ _ROWS = [
     ("reflection_pad2d_backward", "default", None),
     ("reflection_pad3d_backward", "default", None),
     ("max_unpool2d", "default", None),
+    ("max_unpool3d", "default", None),
+    ("hardsigmoid_backward", "default", None),
     ("grid_sampler_2d", "default", None),
     ("eye", "default", None),
     ("eye", "m", None),

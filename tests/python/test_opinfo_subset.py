@@ -10,7 +10,7 @@ import torch_tpu
 D = "tpu"
 NAMES = [
     "nn.functional.glu", "nn.functional.prelu", "nn.functional.unfold", "nn.functional.fold",
-    "nn.functional.max_unpool2d", "nn.functional.binary_cross_entropy", "nn.functional.hardswish", "eye", "logspace",
+    "nn.functional.max_unpool2d", "nn.functional.max_unpool3d", "nn.functional.hardsigmoid", "nn.functional.binary_cross_entropy", "nn.functional.hardswish", "eye", "logspace",
     "roll", "bucketize", "index_copy", "unfold", "sort", "argsort", "topk", "nonzero", "argwhere", "histc", "bincount",
     "isin", "floor_divide", "scatter", "index_put", "take_along_dim", "nn.functional.logsigmoid",
     "nn.functional.conv_transpose1d", "nn.functional.conv_transpose2d", "nn.functional.conv_transpose3d", "nn.functional.conv3d", "nn.functional.group_norm", "flip",
