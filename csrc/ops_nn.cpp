@@ -1348,21 +1348,20 @@ struct Conv3 {
 };
 static Conv3 conv3_setup(const at::Tensor& weight, c10::IntArrayRef stride, c10::IntArrayRef padding,
                          c10::IntArrayRef dilation, bool transposed, c10::IntArrayRef output_padding) {
-  auto p3 = [](c10::IntArrayRef v, size_t i, int64_t d) { return v.empty() ? d : v[v.size() == 1 ? 0 : i]; };
   Conv3 c{weight.size(2),
-          p3(stride, 0, 1),
-          p3(padding, 0, 0),
-          p3(dilation, 0, 1),
-          transposed ? p3(output_padding, 0, 0) : 0,
+          at2(stride, 0, 1),
+          at2(padding, 0, 0),
+          at2(dilation, 0, 1),
+          transposed ? at2(output_padding, 0, 0) : 0,
           {},
           {},
           {},
           {}};
   for (size_t i = 1; i < 3; i++) {
-    c.s2.push_back(p3(stride, i, 1));
-    c.p2.push_back(p3(padding, i, 0));
-    c.d2.push_back(p3(dilation, i, 1));
-    c.op2.push_back(transposed ? p3(output_padding, i, 0) : 0);
+    c.s2.push_back(at2(stride, i, 1));
+    c.p2.push_back(at2(padding, i, 0));
+    c.d2.push_back(at2(dilation, i, 1));
+    c.op2.push_back(transposed ? at2(output_padding, i, 0) : 0);
   }
   return c;
 }
@@ -1394,11 +1393,7 @@ static at::Tensor depth_to_batch(const at::Tensor& x) {
   return x.permute({0, 2, 1, 3, 4}).reshape({x.size(0) * x.size(2), x.size(1), x.size(3), x.size(4)});
 }
 // A fresh contiguous copy with the CPU's strides (contiguous() keeps a view whose only odd strides are at size-1 dims).
-static at::Tensor dense(const at::Tensor& t) {
-  at::Tensor out = at::empty(t.sizes(), t.options());
-  out.copy_(t);
-  return out;
-}
+static at::Tensor dense(const at::Tensor& t) { return t.clone(at::MemoryFormat::Contiguous); }
 static at::Tensor batch_to_depth(const at::Tensor& x, int64_t N) {
   return dense(x.view({N, x.size(0) / N, x.size(1), x.size(2), x.size(3)}).permute({0, 2, 1, 3, 4}));
 }
@@ -1447,12 +1442,13 @@ static std::tuple<at::Tensor, at::Tensor, at::Tensor> conv3d_backward(const at::
   std::array<bool, 3> m2{mask[0], mask[1], false};
   if (!transposed) {
     // x2's values only feed the weight gradient; the input gradient needs its shape.
-    auto shape = std::vector<int64_t>{N * OD, input.size(1) * c.KD, input.size(3), input.size(4)};
-    at::Tensor x2 = mask[1] ? depth_windows(pad_depth(input, c.pd, c.pd, D), c, OD) : at::empty(shape, input.options());
     // Overlapping windows sum the slices' input gradients: the half types run in float32 then (one rounding).
     const auto wdt = mask[0] && c.sd < c.KD * c.dd ? window_acc(input.scalar_type()) : input.scalar_type();
-    auto [gx2, gw2, gb2] = at::tpu::convolution_backward(depth_to_batch(grad).to(wdt), x2.to(wdt), w2.to(wdt), c.s2,
-                                                         c.p2, c.d2, false, c.op2, groups, m2);
+    auto shape = std::vector<int64_t>{N * OD, input.size(1) * c.KD, input.size(3), input.size(4)};
+    at::Tensor x2 = mask[1] ? depth_windows(pad_depth(input, c.pd, c.pd, D), c, OD).to(wdt)
+                            : at::empty(shape, input.options().dtype(wdt));
+    auto [gx2, gw2, gb2] = at::tpu::convolution_backward(depth_to_batch(grad).to(wdt), x2, w2.to(wdt), c.s2, c.p2, c.d2,
+                                                         false, c.op2, groups, m2);
     if (mask[0]) {
       at::Tensor acc = at::zeros({N, input.size(1), D + 2 * c.pd, input.size(3), input.size(4)},
                                  input.options().dtype(window_acc(input.scalar_type())));
