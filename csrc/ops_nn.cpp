@@ -465,13 +465,13 @@ static void fused_adam_(at::TensorList p, at::TensorList g, at::TensorList m, at
   fused_adam(false, p, g, m, v, mx, st, lr, b1, b2, wd, eps, ams, maxi, gs, fi);
 }
 
-// sort and topk (ops.def: SORT, TOPK): a stable sort along dim; topk keeps
-// the first k. A 0-dim tensor is seen as [1].
-static void sort_launch(tpu_op op, const at::Tensor& self, int64_t dim, bool flag, const at::Tensor& values,
-                        const at::Tensor& indices) {
+// sort and topk (ops.def: SORT, TOPK): a stable sort along dim; topk
+// selects in the CPU's order. A 0-dim tensor is seen as [1].
+static void sort_launch(tpu_op op, const at::Tensor& self, int64_t dim, bool flag, bool sorted,
+                        const at::Tensor& values, const at::Tensor& indices) {
   if (values.numel() == 0) return;
   tpu_tensor ts[3] = {desc1d(values), desc1d(indices), desc1d(self)};
-  submit(op, ts, 3, TPU_PARAMS(SORT, .dim = dim, .descending = flag));
+  submit(op, ts, 3, TPU_PARAMS(TOPK, .dim = dim, .largest = flag, .sorted = sorted));
 }
 static std::tuple<at::Tensor&, at::Tensor&> sort_values_stable(const at::Tensor& self, std::optional<bool>, int64_t dim,
                                                                bool descending, at::Tensor& values,
@@ -480,7 +480,7 @@ static std::tuple<at::Tensor&, at::Tensor&> sort_values_stable(const at::Tensor&
   TORCH_CHECK(indices.scalar_type() == kLong, "sort(): Expected indices to have scalar type Long");
   at::native::resize_output(values, self.sizes());
   at::native::resize_output(indices, self.sizes());
-  sort_launch(TPU_OP_SORT, self, self.dim() ? d : 0, descending, values, indices);
+  sort_launch(TPU_OP_SORT, self, self.dim() ? d : 0, descending, true, values, indices);
   return {values, indices};
 }
 static std::tuple<at::Tensor, at::Tensor> sort_stable(const at::Tensor& self, std::optional<bool> stable, int64_t dim,
@@ -491,7 +491,7 @@ static std::tuple<at::Tensor, at::Tensor> sort_stable(const at::Tensor& self, st
   return {v, i};
 }
 static std::tuple<at::Tensor&, at::Tensor&> topk_values(const at::Tensor& self, int64_t k, int64_t dim, bool largest,
-                                                        bool, at::Tensor& values, at::Tensor& indices) {
+                                                        bool sorted, at::Tensor& values, at::Tensor& indices) {
   int64_t d = at::maybe_wrap_dim(dim, self.dim());
   TORCH_CHECK(k >= 0 && k <= (self.dim() > 0 ? self.size(d) : 1), "selected index k out of range");
   TORCH_CHECK(self.scalar_type() != kBool, "\"topk_cpu\" not implemented for 'Bool'");
@@ -499,7 +499,7 @@ static std::tuple<at::Tensor&, at::Tensor&> topk_values(const at::Tensor& self, 
   if (self.dim() > 0) shape[d] = k;
   at::native::resize_output(values, shape);
   at::native::resize_output(indices, shape);
-  sort_launch(TPU_OP_TOPK, self, self.dim() ? d : 0, largest, values, indices);
+  sort_launch(TPU_OP_TOPK, self, self.dim() ? d : 0, largest, sorted, values, indices);
   return {values, indices};
 }
 static std::tuple<at::Tensor, at::Tensor> topk(const at::Tensor& self, int64_t k, int64_t dim, bool largest,

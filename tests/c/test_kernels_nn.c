@@ -986,11 +986,38 @@ static void test_histogram(void) {
     }
 }
 
+/* topk's indices, whose order among ties is the CPU's (tested against
+ * PyTorch in tests/python): each names an element of x holding its value,
+ * and no row names one twice. */
+static void topk_index_check(const hten *x, const hten *v, const hten *ix, int nd, int dim) {
+    int64_t n = hnumel(&ix->t), idx[TPU_MAX_DIMS], dstep = 1; /* dstep: one step along dim, linearly */
+    for (int d = nd - 1; d > dim; d--) dstep *= ix->t.sizes[d];
+    for (int64_t lin = 0; lin < n; lin++) {
+        for (int64_t d = nd - 1, rem = lin; d >= 0; d--) {
+            idx[d] = rem % ix->t.sizes[d];
+            rem /= ix->t.sizes[d];
+        }
+        int64_t j = hgeti(ix, lin), at = idx[dim], xl = 0, step = 1;
+        CHECK(j >= 0 && j < x->t.sizes[dim]);
+        idx[dim] = j;
+        for (int d = nd - 1; d >= 0; d--) {
+            xl += idx[d] * step;
+            step *= x->t.sizes[d];
+        }
+        double a = hget(x, xl), b = hget(v, lin);
+        CHECK(a == b || (isnan(a) && isnan(b)));
+        for (int64_t o = 1; o <= at; o++) CHECK(hgeti(ix, lin - o * dstep) != j); /* the row's earlier outputs */
+    }
+}
+
 /* sort / topk against the reference: ties (small integers), NaN and
- * infinities among floats, every dim, both orders, odd layouts. */
-static void sort_case(tpu_op op, tpu_dtype dt, int nd, const int64_t *xs, int dim, int64_t k, bool desc, int layout) {
-    snprintf(case_desc, sizeof case_desc, "%s %s nd %d dim %d k %lld desc %d layout %d", tpu_op_name(op),
-             tpu_dtype_name(dt), nd, dim, (long long)k, desc, layout);
+ * infinities among floats, every dim, both orders, odd layouts. topk's
+ * values match the reference's (sorted: in order); its indices are checked
+ * by topk_index_check. */
+static void sort_case(tpu_op op, tpu_dtype dt, int nd, const int64_t *xs, int dim, int64_t k, bool desc, int layout,
+                      bool sorted) {
+    snprintf(case_desc, sizeof case_desc, "%s %s nd %d dim %d k %lld desc %d layout %d sorted %d", tpu_op_name(op),
+             tpu_dtype_name(dt), nd, dim, (long long)k, desc, layout, sorted);
     int64_t os[TPU_MAX_DIMS];
     memcpy(os, xs, (size_t)nd * sizeof *os);
     os[dim] = k;
@@ -1013,13 +1040,17 @@ static void sort_case(tpu_op op, tpu_dtype dt, int nd, const int64_t *xs, int di
     memset(&p, 0, sizeof p);
     p.i[0] = dim;
     p.i[1] = desc;
+    p.i[2] = sorted;
     tpu_tensor ops[3] = {v.t, ix.t, x.t};
     CHECK(run(false, op, ops, 3, &p, NULL) == TPU_OK);
     ops[0] = vr.t;
     ops[1] = ixr.t;
     CHECK(run(true, op, ops, 3, &p, NULL) == TPU_OK);
-    hcmp(tpu_op_name(op), &v, &vr, 0, 0);
-    hcmp("indices", &ix, &ixr, 0, 0);
+    if (op == TPU_OP_SORT || sorted) hcmp(tpu_op_name(op), &v, &vr, 0, 0);
+    if (op == TPU_OP_SORT)
+        hcmp("indices", &ix, &ixr, 0, 0);
+    else
+        topk_index_check(&x, &v, &ix, nd, dim);
     hten *all[] = {&x, &v, &vr, &ix, &ixr};
     for (size_t q = 0; q < 5; q++) hfree(all[q]);
 }
@@ -1032,10 +1063,14 @@ static void test_sort(void) {
             for (int dim = 0; dim < 3; dim++)
                 for (int desc = 0; desc < 2; desc++) {
                     int64_t n = shapes[sh][dim];
-                    sort_case(TPU_OP_SORT, dts[d], 3, shapes[sh], dim, n, desc, (int)((d + sh) % 4));
+                    sort_case(TPU_OP_SORT, dts[d], 3, shapes[sh], dim, n, desc, (int)((d + sh) % 4), true);
                     if (dts[d] != TPU_BOOL) {
-                        sort_case(TPU_OP_TOPK, dts[d], 3, shapes[sh], dim, n > 3 ? 3 : n, desc, (int)(d % 4));
-                        sort_case(TPU_OP_TOPK, dts[d], 3, shapes[sh], dim, 0, desc, 0);
+                        /* k = 3 of 300 takes the heap path, k = 3 of 37 and k = n the quickselect */
+                        for (int srt = 0; srt < 2; srt++) {
+                            sort_case(TPU_OP_TOPK, dts[d], 3, shapes[sh], dim, n > 3 ? 3 : n, desc, (int)(d % 4), srt);
+                            sort_case(TPU_OP_TOPK, dts[d], 3, shapes[sh], dim, n, desc, (int)((d + 1) % 4), srt);
+                        }
+                        sort_case(TPU_OP_TOPK, dts[d], 3, shapes[sh], dim, 0, desc, 0, true);
                     }
                 }
     /* hand values: [3, NaN, 1, 3, -inf] ascending -> [-inf, 1, 3, 3, NaN], indices [4, 2, 0, 3, 1] (stable) */

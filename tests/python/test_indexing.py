@@ -280,6 +280,27 @@ def test_topk_matches_cpu(dtype, k, dim, largest):
     assert_close(torch.topk(x.to(D), k, dim=dim, largest=largest), torch.topk(x, k, dim=dim, largest=largest))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64])
+def test_topk_ties_at_cpu_indices(dtype):
+    """Among equal values topk returns the CPU's indices (its selection order: a heap when 64k <= n, else a
+    quickselect), sorted or not, NaN counted as largest: a Mixture-of-Experts router over equal scores (a
+    zero-initialized gate) must pick the CPU's experts."""
+    g = torch.Generator().manual_seed(0)
+    for n in (5, 17, 64, 65, 129, 300, 2000):
+        for k in sorted({1, 2, n // 64, n // 2, n} - {0}):
+            x = torch.randint(0, 3, (3, n), generator=g).to(dtype)
+            if dtype.is_floating_point:
+                x[torch.rand(3, n, generator=g) < 0.05] = float("nan")
+            for largest in (True, False):
+                for srt in (True, False):
+                    want = torch.topk(x, k, largest=largest, sorted=srt)
+                    got = torch.topk(x.to(D), k, largest=largest, sorted=srt)
+                    assert torch.equal(got.indices.cpu(), want.indices), (n, k, largest, srt)
+                    assert_close(got.values, want.values)
+    router = torch.full((32, 8), 0.5, dtype=dtype)      # every expert scores the same
+    assert torch.equal(torch.topk(router.to(D), 2, dim=1).indices.cpu(), torch.topk(router, 2, dim=1).indices)
+
+
 def test_sort_topk_errors_as_cpu():
     x = torch.randn(3, 4)
     for f, exc in ((lambda t: torch.topk(t, 5), RuntimeError), (lambda t: torch.sort(t, dim=2), IndexError),
