@@ -1218,6 +1218,16 @@ static const ew_shape ew_shapes[] = {
     {"7x13 in-place", 2, {7, 13}, LAY_CONTIG, {LAY_CONTIG, LAY_TRANS, LAY_CONTIG}, {0, 0, 0}, true, false},
     {"9x257 in-place padded", 2, {9, 257}, LAY_PAD, {LAY_PAD, LAY_CONTIG, LAY_CONTIG}, {0, 1, 0}, true, false},
     {"41x1023 blocks", 2, {41, 1023}, LAY_CONTIG, {LAY_CONTIG, LAY_CONTIG, LAY_PAD}, {0, 1, 0}, false, true},
+    /* the output walked in its memory order (dims reversed), inputs in other orders and broadcast */
+    {"2x5x3x7 out transposed/bcast",
+     4,
+     {2, 5, 3, 7},
+     LAY_TRANS,
+     {LAY_TRANS, LAY_CONTIG, LAY_PAD},
+     {0, 13, 2},
+     false,
+     false},
+    {"3x4x5 in-place transposed", 3, {3, 4, 5}, LAY_TRANS, {LAY_TRANS, LAY_CONTIG, LAY_TRANS}, {0, 5, 0}, true, false},
 };
 #define N_EW_SHAPES (int)(sizeof ew_shapes / sizeof ew_shapes[0])
 

@@ -689,8 +689,8 @@ def run_tpu(tpu_model, kw, cpu_flat, cpu_grads, rec, save=lambda: None):
     rec["fallbacks"] = fb
     if "error" in rec:
         rec["category"] = "raise"
-    elif not rec.get("forward_match"):
-        rec["category"] = "mismatch"
+    elif not rec.get("forward_match") or rec.get("grad_match") is False:
+        rec["category"] = "mismatch"   # forward or gradients
     elif fb:
         rec["category"] = "fallback"
     else:
@@ -826,8 +826,12 @@ def summarize(recs, top_ops=15, top_errs=10, out=sys.stdout):
     if mism:
         p(f"\n== mismatches ==")
         for r in mism[:20]:
-            p(f"  {r['arch']:28s} scaled err {r.get('worst_scaled_err')} at {r.get('worst_output')} "
-              f"{'; '.join(r.get('compare_notes') or [])}"[:200])
+            if r.get("forward_match"):
+                p(f"  {r['arch']:28s} gradient scaled err {r.get('grad_worst_scaled_err')} at "
+                  f"{r.get('grad_worst_param')}"[:200])
+            else:
+                p(f"  {r['arch']:28s} scaled err {r.get('worst_scaled_err')} at {r.get('worst_output')} "
+                  f"{'; '.join(r.get('compare_notes') or [])}"[:200])
     berrs = collections.Counter()
     for r in recs:
         if r.get("category") == "cannot_build":

@@ -28,7 +28,7 @@ _spec = importlib.util.spec_from_file_location(
 sweep = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(sweep)
 
-ARCHS = ["gpt2", "llama", "bert", "t5", "vit", "whisper", "mixtral", "qwen2_moe", "resnet", "convnext", "mamba",
+ARCHS = ["gpt2", "llama", "bert", "t5", "vit", "whisper", "mixtral", "qwen2_moe", "afmoe", "resnet", "convnext", "mamba",
          "clip"]
 _reference = {}
 

@@ -623,3 +623,19 @@ def test_segment_reduce_matches_cpu(reduce):
         with pytest.raises(RuntimeError) as tpu:
             torch.segment_reduce(torch.arange(6.0, device="tpu"), reduce, **{k: v.to("tpu") for k, v in kw.items()})
         assert str(tpu.value) == str(cpu.value)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int32])
+def test_elementwise_in_the_outputs_memory_order(dtype):
+    """Elementwise kernels walk the output in its memory order (a channels-last or permuted output is written
+    contiguously, as TensorIterator does): results, broadcasts, in-place updates and layouts stay the CPU's."""
+    g = torch.Generator().manual_seed(0)
+    x = (torch.randn(2, 5, 6, 7, generator=g) * 8).to(dtype).contiguous(memory_format=torch.channels_last)
+    w = (torch.randn(5, generator=g) * 8).to(dtype).view(1, 5, 1, 1)
+    y = (torch.randn(2, 5, 6, 7, generator=g) * 8).to(dtype)
+    p = (torch.randn(4, 3, 9, generator=g) * 8).to(dtype).permute(2, 0, 1)
+    cases = [lambda a, b, c, d: a * b, lambda a, b, c, d: a + c, lambda a, b, c, d: torch.where(a > 0, b, c),
+             lambda a, b, c, d: d - d.flip(0), lambda a, b, c, d: a.clone().add_(b).mul_(c),
+             lambda a, b, c, d: d.contiguous(), lambda a, b, c, d: c.to(memory_format=torch.channels_last)]
+    for f in cases:
+        assert_close(f(*(t.to("tpu") for t in (x, w, y, p))), f(x, w, y, p))

@@ -609,11 +609,13 @@ static void ew_blocks(void *ctx, int64_t b0, int64_t b1) {
 
 /* ---- setup ---- */
 
-/* The launch's iteration space (tpu_tile_coalesce). Returns numel. */
+/* The launch's iteration space, in the output's memory order (ARANGE: in
+ * its logical order, which its values follow). Returns numel. */
 static int64_t ew_coalesce(ew_ctx *c, const tpu_kargs *a) {
     const tpu_tensor *t[EW_NOP];
     for (int k = 0; k <= c->nin; k++) t[k] = &a->t[k];
-    return tpu_tile_coalesce(&a->t[0], c->nin + 1, t, c->sz, c->st, &c->nd);
+    if (c->op == TPU_OP_ARANGE) return tpu_tile_coalesce(&a->t[0], c->nin + 1, t, c->sz, c->st, &c->nd);
+    return tpu_tile_coalesce_by_out(&a->t[0], c->nin + 1, t, c->sz, c->st, &c->nd);
 }
 
 static void ew_setup_params(ew_par *p, ew_dom dom, int nin, const tpu_kargs *a) {

@@ -175,4 +175,13 @@ void tpu_tile_store_f64_at(void *base, const int64_t *off, const double *restric
 int64_t tpu_tile_coalesce(const tpu_tensor *o, int nop, const tpu_tensor *const *t, int64_t *sz,
                           int64_t (*st)[TPU_MAX_DIMS], int *nd);
 
+/* The same space with its dims first put in the order of o's memory
+ * (largest stride outermost; equal strides keep their order), as PyTorch's
+ * TensorIterator walks it: a channels-last or permuted output is then
+ * written contiguously and merges into long rows. For launches whose result
+ * does not depend on the order elements are visited in (not ARANGE, whose
+ * values follow the logical index). */
+int64_t tpu_tile_coalesce_by_out(const tpu_tensor *o, int nop, const tpu_tensor *const *t, int64_t *sz,
+                                 int64_t (*st)[TPU_MAX_DIMS], int *nd);
+
 #endif

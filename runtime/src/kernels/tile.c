@@ -213,3 +213,41 @@ int64_t tpu_tile_coalesce(const tpu_tensor *o, int nop, const tpu_tensor *const 
     *nd_out = nd;
     return numel;
 }
+
+int64_t tpu_tile_coalesce_by_out(const tpu_tensor *o, int nop, const tpu_tensor *const *t, int64_t *sz,
+                                 int64_t (*st)[TPU_MAX_DIMS], int *nd_out) {
+    int nd = o->ndim, perm[TPU_MAX_DIMS], n = 0;
+    bool ordered = true;
+    for (int d = 0; d < nd; d++) { /* the dims of more than one element, stably by descending output stride */
+        if (o->sizes[d] == 1) continue;
+        int j = n++;
+        for (; j > 0 && o->strides[perm[j - 1]] < o->strides[d]; j--) perm[j] = perm[j - 1];
+        perm[j] = d;
+        ordered = ordered && j == n - 1;
+    }
+    for (int d = 0; d < nd; d++) /* then the size-1 dims, which coalescing drops */
+        if (o->sizes[d] == 1) perm[n++] = d;
+    if (ordered) return tpu_tile_coalesce(o, nop, t, sz, st, nd_out);
+    tpu_tensor po, pt[8];
+    const tpu_tensor *pp[8];
+    if (nop > 8) return tpu_tile_coalesce(o, nop, t, sz, st, nd_out);
+    po = *o;
+    for (int d = 0; d < nd; d++) {
+        po.sizes[d] = o->sizes[perm[d]];
+        po.strides[d] = o->strides[perm[d]];
+    }
+    for (int k = 0; k < nop; k++) {
+        pp[k] = t[k];
+        if (t[k] == o) {
+            pp[k] = &po;
+        } else if (!t[k]->is_scalar && t[k]->ndim == nd) {
+            pt[k] = *t[k];
+            for (int d = 0; d < nd; d++) {
+                pt[k].sizes[d] = t[k]->sizes[perm[d]];
+                pt[k].strides[d] = t[k]->strides[perm[d]];
+            }
+            pp[k] = &pt[k];
+        }
+    }
+    return tpu_tile_coalesce(&po, nop, pp, sz, st, nd_out);
+}
