@@ -430,12 +430,29 @@ def _dtype_name(dt):
 
 
 def _sgn(x):
-    """sgn of a real tensor is its sign (complex tensors are not supported here yet)."""
+    """sgn: the sign of a real tensor; z / |z| of a complex one (0 at 0), from native complex division."""
+    if x.is_complex():
+        a = torch.abs(x)
+        return x / torch.where(a == 0, torch.ones_like(a), a)
     return torch.sign(x)
 
 
 def _sgn_out(x, *, out):
+    if x.is_complex():
+        res = _sgn(x)
+        out.resize_(res.shape)
+        return out.copy_(res)
     return torch.sign(x, out=out)
+
+
+def _polar_out(abs, angle, *, out):
+    """polar into a complex out: abs*cos(angle) + i*abs*sin(angle), as the CPU's kernel computes it."""
+    if abs.dtype != angle.dtype:
+        raise RuntimeError(f"Expected object of scalar type {_dtype_name(abs.dtype)} but got scalar type "
+                           f"{_dtype_name(angle.dtype)} for second argument")
+    res = torch.complex(abs * torch.cos(angle), abs * torch.sin(angle))
+    out.resize_(res.shape)
+    return out.copy_(res)
 
 
 def _bce(x, target, weight=None, reduction=1):
@@ -2038,6 +2055,7 @@ _ROWS = [
     ("reflection_pad3d_backward", "default", None),
     ("max_unpool2d", "default", None),
     ("max_unpool3d", "default", None),
+    ("polar", "out", _polar_out),
     ("hardsigmoid_backward", "default", None),
     ("grid_sampler_2d", "default", None),
     ("eye", "default", None),
@@ -2194,6 +2212,10 @@ _AUTOGRAD_LEVEL = {"avg_pool2d", "sgn", "replication_pad1d", "replication_pad2d"
                    "grid_sampler_2d", "_embedding_bag"}
 
 
+# rows whose function takes complex tensors itself (polar writes a complex result from real inputs, sgn divides)
+_HANDLES_COMPLEX = {"polar", "sgn"}
+
+
 def _is_complex_arg(a):
     if isinstance(a, torch.Tensor):
         return a.is_complex()
@@ -2240,5 +2262,6 @@ def _register():
         keys = ("PrivateUse1", "AutogradPrivateUse1") if name in _AUTOGRAD_LEVEL and overload != "out" \
             else ("PrivateUse1",)
         for key in keys:
-            lib.impl(full, _complex_routed(op, full, fn or decomposition_table[op]), key)
+            impl = fn or decomposition_table[op]
+            lib.impl(full, impl if name in _HANDLES_COMPLEX else _complex_routed(op, full, impl), key)
     _lib = lib

@@ -716,7 +716,13 @@ def worker(mt, cls_name, out_path, dump_level=None):
     hf_logging.set_verbosity_error()
     rec["t_import"] = round(time.time() - t0, 2)
 
-    model_cls = getattr(transformers, cls_name, None)
+    try:
+        model_cls = getattr(transformers, cls_name, None)
+        _ = model_cls is not None and model_cls.forward   # a class whose library is missing raises here
+    except ImportError as e:     # e.g. needs torchaudio / timm: not installed here, so it cannot be built
+        rec.update(category="cannot_build", reason=f"model: {_err(e)}")
+        save()
+        return
     if model_cls is None:
         rec.update(category="cannot_build", reason=f"class {cls_name} not exported by transformers")
         save()

@@ -5,8 +5,8 @@ real dtypes, fills, views (view_as_real / view_as_complex, real / imag, conj and
 cat, and the FFT family (fft, ifft, rfft, irfft, hfft, fft2, fftn, rfftn, irfftn, stft, istft) over every
 norm, odd lengths (mixed radix and Bluestein's large primes), padding and trimming (n=), non-contiguous
 inputs and out=; arithmetic: add, sub, mul, div (with real and scalar operands, broadcasting, in place), neg,
-abs, reciprocal, sum, mean, mm / bmm / matmul, torch.complex. The rest of complex math (prod, exp, angle, sgn,
-vdot, ...) is not native
+abs, reciprocal, sum, mean, mm / bmm / matmul, torch.complex, sgn, polar (from native ops, with their autograd).
+The rest of complex math (prod, exp, angle, roll, vdot, ...) is not native
 yet: it goes to the CPU fallback, counted, and gives the CPU's answer; with the fallback off it raises
 NotImplementedError.
 """
@@ -220,12 +220,35 @@ def test_complex_ops_not_native_fall_back_counted():
     z = _rand((5, 7), torch.complex64, 8)
     t = z.to(D)
     torch_tpu.reset_fallback_counts()
-    for f in (lambda a: a.prod(dim=1), lambda a: torch.exp(a), lambda a: a.angle(), lambda a: torch.sgn(a),
+    for f in (lambda a: a.prod(dim=1), lambda a: torch.exp(a), lambda a: a.angle(), lambda a: a.roll(2, 1),
               lambda a: torch.vdot(a[0], a[1])):
         _same(f(z), f(t), rtol=1e-5, atol=1e-5)
     counts = torch_tpu.fallback_counts()
     assert any(k.startswith("aten::exp") for k in counts), counts
-    assert any(k.startswith("aten::sgn") for k in counts), counts                      # a Python decomposition
+    assert any(k.startswith("aten::roll") for k in counts), counts                     # a Python decomposition
     u = t.clone()
     u.exp_()                                                             # in place, through the fallback
     _same(z.exp(), u, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.usefixtures("no_fallback")
+@pytest.mark.parametrize("dtype", CDTYPES)
+def test_sgn_and_polar_native(dtype):
+    """sgn of a complex tensor (z / |z|, 0 at 0) and polar (llama4's rotary embedding) with their gradients."""
+    z = _rand((4, 6), dtype, 3)
+    z[0, 0] = 0
+    _same(z.sgn(), z.to(D).sgn(), rtol=1e-6, atol=1e-6)
+    _same(z.sgn(), torch.sgn(z.to(D), out=torch.empty(0, dtype=dtype, device=D)), rtol=1e-6, atol=1e-6)
+    real = torch.float32 if dtype == torch.complex64 else torch.float64
+    a, t = torch.rand(4, 6, dtype=real) + 0.1, torch.randn(4, 6, dtype=real) * 3
+    w = torch.arange(48, dtype=real).view(4, 6, 2)
+    res = {}
+    for dev in ("cpu", D):
+        ar, tr = a.to(dev).detach().requires_grad_(), t.to(dev).detach().requires_grad_()
+        p = torch.polar(ar, tr)
+        (torch.view_as_real(p) * w.to(dev)).sum().backward()
+        res[dev] = (p.detach(), ar.grad, tr.grad)
+    for want, got in zip(res["cpu"], res[D]):
+        _same(want, got, rtol=1e-5, atol=1e-5)
+    with pytest.raises(RuntimeError, match="Expected object of scalar type"):
+        torch.polar(a.to(D), t.to(D).to(torch.float16))
