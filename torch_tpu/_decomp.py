@@ -433,15 +433,14 @@ def _sgn(x):
     """sgn: the sign of a real tensor; z / |z| of a complex one (0 at 0), from native complex division."""
     if x.is_complex():
         a = torch.abs(x)
-        return x / torch.where(a == 0, torch.ones_like(a), a)
+        nz = a != 0            # 0 at 0, and so is its gradient there (the CPU's sgn_backward)
+        return x / torch.where(nz, a, torch.ones_like(a)) * nz.to(a.dtype)
     return torch.sign(x)
 
 
 def _sgn_out(x, *, out):
     if x.is_complex():
-        res = _sgn(x)
-        out.resize_(res.shape)
-        return out.copy_(res)
+        return _into(out, _sgn(x))
     return torch.sign(x, out=out)
 
 
@@ -450,7 +449,14 @@ def _polar_out(abs, angle, *, out):
     if abs.dtype != angle.dtype:
         raise RuntimeError(f"Expected object of scalar type {_dtype_name(abs.dtype)} but got scalar type "
                            f"{_dtype_name(angle.dtype)} for second argument")
-    res = torch.complex(abs * torch.cos(angle), abs * torch.sin(angle))
+    return _into(out, torch.complex(abs * torch.cos(angle), abs * torch.sin(angle)))
+
+
+def _into(out, res):
+    """res written to out: an empty out (what the functional form passes) takes res itself, laid out as
+    TensorIterator lays it out (as the CPU's resized out would be); any other out is resized and copied into."""
+    if out.numel() == 0 and out.dtype == res.dtype:
+        return out.set_(res)
     out.resize_(res.shape)
     return out.copy_(res)
 
