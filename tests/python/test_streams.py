@@ -151,6 +151,7 @@ def test_many_streams_bounded_threads_and_synchronize_covers_all():
 
 _INTERRUPT_SCRIPT = textwrap.dedent("""
     import json, os, signal, sys, threading, time
+    signal.signal(signal.SIGINT, signal.default_int_handler)   # a parent run under nohup / & ignores SIGINT
     import torch
     mode = sys.argv[1]
     import torch_tpu
