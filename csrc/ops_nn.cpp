@@ -471,7 +471,9 @@ static void sort_launch(tpu_op op, const at::Tensor& self, int64_t dim, bool fla
                         const at::Tensor& values, const at::Tensor& indices) {
   if (values.numel() == 0) return;
   tpu_tensor ts[3] = {desc1d(values), desc1d(indices), desc1d(self)};
-  submit(op, ts, 3, TPU_PARAMS(TOPK, .dim = dim, .largest = flag, .sorted = sorted));
+  submit(op, ts, 3,
+         op == TPU_OP_SORT ? TPU_PARAMS(SORT, .dim = dim, .descending = flag)
+                           : TPU_PARAMS(TOPK, .dim = dim, .largest = flag, .sorted = sorted));
 }
 static std::tuple<at::Tensor&, at::Tensor&> sort_values_stable(const at::Tensor& self, std::optional<bool>, int64_t dim,
                                                                bool descending, at::Tensor& values,

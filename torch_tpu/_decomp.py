@@ -440,25 +440,16 @@ def _sgn(x):
 
 def _sgn_out(x, *, out):
     if x.is_complex():
-        return _into(out, _sgn(x))
+        return _out(_sgn)(x, out=out)
     return torch.sign(x, out=out)
 
 
-def _polar_out(abs, angle, *, out):
-    """polar into a complex out: abs*cos(angle) + i*abs*sin(angle), as the CPU's kernel computes it."""
+def _polar(abs, angle):
+    """polar: abs*cos(angle) + i*abs*sin(angle), as the CPU's kernel computes it."""
     if abs.dtype != angle.dtype:
         raise RuntimeError(f"Expected object of scalar type {_dtype_name(abs.dtype)} but got scalar type "
                            f"{_dtype_name(angle.dtype)} for second argument")
-    return _into(out, torch.complex(abs * torch.cos(angle), abs * torch.sin(angle)))
-
-
-def _into(out, res):
-    """res written to out: an empty out (what the functional form passes) takes res itself, laid out as
-    TensorIterator lays it out (as the CPU's resized out would be); any other out is resized and copied into."""
-    if out.numel() == 0 and out.dtype == res.dtype:
-        return out.set_(res)
-    out.resize_(res.shape)
-    return out.copy_(res)
+    return torch.complex(abs * torch.cos(angle), abs * torch.sin(angle))
 
 
 def _bce(x, target, weight=None, reduction=1):
@@ -2061,7 +2052,7 @@ _ROWS = [
     ("reflection_pad3d_backward", "default", None),
     ("max_unpool2d", "default", None),
     ("max_unpool3d", "default", None),
-    ("polar", "out", _polar_out),
+    ("polar", "out", _out(_polar)),
     ("hardsigmoid_backward", "default", None),
     ("grid_sampler_2d", "default", None),
     ("eye", "default", None),

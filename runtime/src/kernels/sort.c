@@ -274,7 +274,7 @@ static void srt_rows(void *ctx, int64_t r0, int64_t r1) {
 
 tpu_status tpu_k_sort(tpu_kargs *a) {
     const tpu_tensor *v = &a->t[0], *ix = &a->t[1], *x = &a->t[2];
-    tpu_args_TOPK q = tpu_unpack_TOPK(&a->p); /* SORT's parameters are its first two */
+    tpu_args_TOPK q = tpu_unpack_TOPK(&a->p); /* SORT: its (dim, descending) are these slots 0 and 1 */
     bool topk = a->op == TPU_OP_TOPK;
     srt_plan p = {.x = x,
                   .v = v,

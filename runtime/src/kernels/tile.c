@@ -227,11 +227,9 @@ int64_t tpu_tile_coalesce_by_out(const tpu_tensor *o, int nop, const tpu_tensor 
     }
     for (int d = 0; d < nd; d++) /* then the size-1 dims, which coalescing drops */
         if (o->sizes[d] == 1) perm[n++] = d;
-    if (ordered) return tpu_tile_coalesce(o, nop, t, sz, st, nd_out);
-    tpu_tensor po, pt[8];
+    if (ordered || nop > 8) return tpu_tile_coalesce(o, nop, t, sz, st, nd_out);
+    tpu_tensor po = *o, pt[8];
     const tpu_tensor *pp[8];
-    if (nop > 8) return tpu_tile_coalesce(o, nop, t, sz, st, nd_out);
-    po = *o;
     for (int d = 0; d < nd; d++) {
         po.sizes[d] = o->sizes[perm[d]];
         po.strides[d] = o->strides[perm[d]];
