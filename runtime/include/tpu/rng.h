@@ -6,6 +6,7 @@
 #ifndef TPU_RNG_H
 #define TPU_RNG_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -20,8 +21,11 @@ void tpu_philox_block(uint64_t seed, uint64_t offset, uint64_t g, uint32_t out[4
  * out[4 * nb], in order: the batched form (vectorized). */
 void tpu_philox_blocks(uint64_t seed, uint64_t offset, uint64_t g0, int nb, uint32_t *out);
 /* The same in portable C whatever the CPU (tests compare it with the above,
- * which takes an AVX2 path where the CPU has one). */
+ * which takes an AVX-512 or AVX2 path where the CPU has one). */
 void tpu_philox_blocks_portable(uint64_t seed, uint64_t offset, uint64_t g0, int nb, uint32_t *out);
+/* The same through one named form (tests): isa 0 portable C, 1 AVX2,
+ * 2 AVX-512. Returns false, writing nothing, if this CPU or build lacks it. */
+bool tpu_philox_blocks_isa(int isa, uint64_t seed, uint64_t offset, uint64_t g0, int nb, uint32_t *out);
 /* Uniform float in [0, 1) from 24 bits / double from 53 bits (inline: the
  * batched fills vectorize them). */
 static inline float tpu_u32_to_unit_float(uint32_t x) { return (float)(x >> 8) * (1.0f / 16777216.0f); }

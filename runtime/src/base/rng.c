@@ -146,10 +146,88 @@ __attribute__((target("avx2"))) static void philox_blocks_avx2(uint64_t seed, ui
         }
     }
 }
+
+/* The AVX-512 form: the same rounds over two sets of sixteen lanes (32
+ * blocks a pass, twice the AVX2 form's width); the words are transposed to
+ * block order within 128-bit lanes, then the lanes across registers. */
+__attribute__((target("avx512f"))) static inline void mul_hilo16(__m512i c, __m512i m, __m512i *hi, __m512i *lo) {
+    __m512i pe = _mm512_mul_epu32(c, m), po = _mm512_mul_epu32(_mm512_srli_epi64(c, 32), m);
+    *lo = _mm512_mask_blend_epi32(0xAAAA, pe, _mm512_slli_epi64(po, 32));
+    *hi = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(pe, 32), po);
+}
+
+__attribute__((target("avx512f"))) static void philox_blocks_avx512(uint64_t seed, uint64_t offset, uint64_t g0, int nb,
+                                                                    uint32_t *out) {
+    const __m512i m0 = _mm512_set1_epi32((int)PHILOX_M0), m1 = _mm512_set1_epi32((int)PHILOX_M1);
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    for (int b0 = 0; b0 < nb; b0 += 32) {
+        __m512i c0[2], c1[2], c2[2], c3[2];
+        for (int s = 0; s < 2; s++) {
+            uint64_t g = g0 + (uint64_t)(b0 + 16 * s);
+            if ((uint32_t)g <= 0xffffffffu - 15) { /* no carry into the high word inside the set */
+                c0[s] = _mm512_add_epi32(_mm512_set1_epi32((int)(uint32_t)g), lane);
+                c1[s] = _mm512_set1_epi32((int)(uint32_t)(g >> 32));
+            } else {
+                _Alignas(64) uint32_t a0[16], a1[16], a2[8], a3[8];
+                philox_counters(offset, g, a0, a1, a2, a3);
+                philox_counters(offset, g + 8, a0 + 8, a1 + 8, a2, a3);
+                c0[s] = _mm512_load_si512((const void *)a0);
+                c1[s] = _mm512_load_si512((const void *)a1);
+            }
+            c2[s] = _mm512_set1_epi32((int)(uint32_t)offset);
+            c3[s] = _mm512_set1_epi32((int)(uint32_t)(offset >> 32));
+        }
+        __m512i a0 = c0[0], a1 = c1[0], a2 = c2[0], a3 = c3[0], d0 = c0[1], d1 = c1[1], d2 = c2[1], d3 = c3[1];
+        uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+#pragma GCC unroll 10
+        for (int r = 0; r < 10; r++) {
+            __m512i vk0 = _mm512_set1_epi32((int)k0), vk1 = _mm512_set1_epi32((int)k1), h0, l0, h1, l1, e0, f0, e1, f1;
+            mul_hilo16(a0, m0, &h0, &l0);
+            mul_hilo16(a2, m1, &h1, &l1);
+            mul_hilo16(d0, m0, &e0, &f0);
+            mul_hilo16(d2, m1, &e1, &f1);
+            a0 = _mm512_xor_si512(_mm512_xor_si512(h1, a1), vk0);
+            a2 = _mm512_xor_si512(_mm512_xor_si512(h0, a3), vk1);
+            a1 = l1;
+            a3 = l0;
+            d0 = _mm512_xor_si512(_mm512_xor_si512(e1, d1), vk0);
+            d2 = _mm512_xor_si512(_mm512_xor_si512(e0, d3), vk1);
+            d1 = f1;
+            d3 = f0;
+            k0 += PHILOX_W0;
+            k1 += PHILOX_W1;
+        }
+        c0[0] = a0, c1[0] = a1, c2[0] = a2, c3[0] = a3, c0[1] = d0, c1[1] = d1, c2[1] = d2, c3[1] = d3;
+        for (int s = 0; s < 2; s++) {
+            int b = b0 + 16 * s;
+            if (b >= nb) break;
+            /* per 128-bit lane L: u_k holds block 4L + k */
+            __m512i t0 = _mm512_unpacklo_epi32(c0[s], c1[s]), t1 = _mm512_unpackhi_epi32(c0[s], c1[s]);
+            __m512i t2 = _mm512_unpacklo_epi32(c2[s], c3[s]), t3 = _mm512_unpackhi_epi32(c2[s], c3[s]);
+            __m512i u0 = _mm512_unpacklo_epi64(t0, t2), u1 = _mm512_unpackhi_epi64(t0, t2);
+            __m512i u2 = _mm512_unpacklo_epi64(t1, t3), u3 = _mm512_unpackhi_epi64(t1, t3);
+            __m512i v0 = _mm512_shuffle_i32x4(u0, u1, 0x44), v1 = _mm512_shuffle_i32x4(u2, u3, 0x44); /* lanes 0, 1 */
+            __m512i v2 = _mm512_shuffle_i32x4(u0, u1, 0xEE), v3 = _mm512_shuffle_i32x4(u2, u3, 0xEE); /* lanes 2, 3 */
+            __m512i w[4] = {_mm512_shuffle_i32x4(v0, v1, 0x88), _mm512_shuffle_i32x4(v0, v1, 0xDD),
+                            _mm512_shuffle_i32x4(v2, v3, 0x88), _mm512_shuffle_i32x4(v2, v3, 0xDD)};
+            if (nb - b >= 16) {
+                for (int q = 0; q < 4; q++) _mm512_storeu_si512((void *)(out + 4 * b + 16 * q), w[q]);
+            } else {
+                _Alignas(64) uint32_t tmp[64];
+                for (int q = 0; q < 4; q++) _mm512_store_si512((void *)(tmp + 16 * q), w[q]);
+                for (int k = 0; k < 4 * (nb - b); k++) out[4 * b + k] = tmp[k];
+            }
+        }
+    }
+}
 #endif
 
 void tpu_philox_blocks(uint64_t seed, uint64_t offset, uint64_t g0, int nb, uint32_t *out) {
 #ifdef PHILOX_AVX2
+    if (__builtin_cpu_supports("avx512f")) {
+        philox_blocks_avx512(seed, offset, g0, nb, out);
+        return;
+    }
     if (__builtin_cpu_supports("avx2")) {
         philox_blocks_avx2(seed, offset, g0, nb, out);
         return;
@@ -161,6 +239,23 @@ void tpu_philox_blocks(uint64_t seed, uint64_t offset, uint64_t g0, int nb, uint
 /* The portable form whatever the CPU (tests compare the two). */
 void tpu_philox_blocks_portable(uint64_t seed, uint64_t offset, uint64_t g0, int nb, uint32_t *out) {
     philox_blocks_c(seed, offset, g0, nb, out);
+}
+
+bool tpu_philox_blocks_isa(int isa, uint64_t seed, uint64_t offset, uint64_t g0, int nb, uint32_t *out) {
+    switch (isa) {
+    case 0: philox_blocks_c(seed, offset, g0, nb, out); return true;
+#ifdef PHILOX_AVX2
+    case 1:
+        if (!__builtin_cpu_supports("avx2")) return false;
+        philox_blocks_avx2(seed, offset, g0, nb, out);
+        return true;
+    case 2:
+        if (!__builtin_cpu_supports("avx512f")) return false;
+        philox_blocks_avx512(seed, offset, g0, nb, out);
+        return true;
+#endif
+    default: return false;
+    }
 }
 
 void tpu_philox_block(uint64_t seed, uint64_t offset, uint64_t g, uint32_t out[4]) {

@@ -152,6 +152,43 @@ EW_INLINE float ew_erf_gelu_f(float x) {
     return copysignf(VM_MAD(-(e * t), r, 1.0f), x);
 }
 
+/* erf, vectorizable, within 1.41 ulp of the correctly rounded result over
+ * every float in [0, 5] (98.3 % of them correctly rounded; erf is odd, and
+ * 1 beyond). libm's erff per element ran at a fifteenth of PyTorch CPU's
+ * speed (MKL's vsErf).
+ * |x| < 1: x (C0 + t P(t)), t = x^2, C0 = 2/sqrt(pi) as a float pair;
+ * 1 <= |x| < 4: 1 - exp(Q(|x|)), Q approximating log(erfc) (erfc(4) is below
+ * half an ulp of 1, so |x| >= 4 evaluates Q at 4). P (degree 7) and Q
+ * (degree 8) were fitted by weighted least squares (Lawson's iteration
+ * towards minimax) against erf in 30-digit arithmetic, relative error in
+ * erf the weight: fit error 4e-11 and 2e-11, float evaluation the rest.
+ * Both branches are computed and one selected, so the loop vectorizes. */
+EW_INLINE float ew_erff(float x) {
+    float a = fabsf(x), t = x * x;
+    float p = -9.684223187e-06f;
+    p = VM_MAD(p, t, 1.127302457e-04f);
+    p = VM_MAD(p, t, -8.485249709e-04f);
+    p = VM_MAD(p, t, 5.221131258e-03f);
+    p = VM_MAD(p, t, -2.686547674e-02f);
+    p = VM_MAD(p, t, 1.128378361e-01f);
+    p = VM_MAD(p, t, -3.761263788e-01f);
+    p = VM_MAD(p, t, 5.9631755e-08f); /* t P(t) + (2/sqrt(pi) - 1.12837911f) */
+    float small = VM_MAD(x, 1.12837911f, x * p);
+    float b = ew_self(a < 4.0f, a, 4.0f);
+    float q = 2.120856948e-07f;
+    q = VM_MAD(q, b, -2.475423571e-05f);
+    q = VM_MAD(q, b, 4.603578418e-04f);
+    q = VM_MAD(q, b, -4.270636011e-03f);
+    q = VM_MAD(q, b, 2.534892596e-02f);
+    q = VM_MAD(q, b, -1.086065993e-01f);
+    q = VM_MAD(q, b, -6.330657601e-01f);
+    q = VM_MAD(q, b, -1.129649401e+00f);
+    q = VM_MAD(q, b, 2.020654356e-04f);
+    float big = copysignf(1.0f - ew_expf(q), x);
+    float r = ew_self(a < 1.0f, small, big);
+    return ew_self(x != x, x, r);
+}
+
 /* floor / ceil / trunc from nearbyint (rounding without raising inexact is
  * what gcc vectorizes; floorf under -ftrapping-math is not). The result
  * always has the sign of x. */
@@ -176,6 +213,7 @@ EW_INLINE float ew_truncf(float x) {
 #undef LOG
 #undef LOG1P
 #undef TANH
+#undef ERF
 #undef ERF_GELU
 #undef FLOOR
 #undef CEIL
@@ -188,6 +226,7 @@ EW_INLINE float ew_truncf(float x) {
 #define LOG(v)       _Generic((v), float: ew_logf, default: log)(v)
 #define LOG1P(v)     _Generic((v), float: ew_log1pf, default: log1p)(v)
 #define TANH(v)      _Generic((v), float: ew_tanhf, default: tanh)(v)
+#define ERF(v)       _Generic((v), float: ew_erff, default: erf)(v)
 #define ERF_GELU(v)  _Generic((v), float: ew_erf_gelu_f, default: erf)(v)
 #define FLOOR(v)     _Generic((v), float: ew_floorf, default: floor)(v)
 #define CEIL(v)      _Generic((v), float: ew_ceilf, default: ceil)(v)
