@@ -98,8 +98,10 @@ EW_INLINE float ew_expm1f(float x) {
     return ew_self(fabsf(x) < 0.5f, small, ew_expf(x) - 1.0f);
 }
 
-/* log: Cephes logf (mantissa in [sqrt(1/2), sqrt(2)), degree-9 polynomial). */
-EW_INLINE float ew_logf(float x) {
+/* log: Cephes logf (mantissa in [sqrt(1/2), sqrt(2)), degree-9 polynomial).
+ * ew_log_parts splits x = 2^e m and returns e, with ln(m) = u - z/2 + y;
+ * its users add e times their base's constant (log, log2, log10). */
+EW_INLINE float ew_log_parts(float x, float *u, float *y, float *z) {
     int tiny = x < 1.17549435e-38f;
     float xs = ew_self(tiny, x * 8388608.0f, x);
     int32_t b = ew_f2b(xs);
@@ -107,26 +109,191 @@ EW_INLINE float ew_logf(float x) {
     float m = ew_b2f((b & 0x007fffff) | 0x3f000000);
     int c = m < 0.707106781186547524f;
     e -= c;
-    float u = ew_self(c, m + m - 1.0f, m - 1.0f);
-    float z = u * u;
-    float y = 7.0376836292e-2f;
-    y = VM_MAD(y, u, -1.1514610310e-1f);
-    y = VM_MAD(y, u, 1.1676998740e-1f);
-    y = VM_MAD(y, u, -1.2420140846e-1f);
-    y = VM_MAD(y, u, 1.4249322787e-1f);
-    y = VM_MAD(y, u, -1.6668057665e-1f);
-    y = VM_MAD(y, u, 2.0000714765e-1f);
-    y = VM_MAD(y, u, -2.4999993993e-1f);
-    y = VM_MAD(y, u, 3.3333331174e-1f);
-    y = y * u * z;
-    float ef = (float)e;
-    y = VM_MAD(ef, -2.12194440e-4f, y);
-    y = VM_MAD(z, -0.5f, y);
-    float r = VM_MAD(ef, 0.693359375f, u + y);
+    *u = ew_self(c, m + m - 1.0f, m - 1.0f);
+    *z = *u * *u;
+    float p = 7.0376836292e-2f;
+    p = VM_MAD(p, *u, -1.1514610310e-1f);
+    p = VM_MAD(p, *u, 1.1676998740e-1f);
+    p = VM_MAD(p, *u, -1.2420140846e-1f);
+    p = VM_MAD(p, *u, 1.4249322787e-1f);
+    p = VM_MAD(p, *u, -1.6668057665e-1f);
+    p = VM_MAD(p, *u, 2.0000714765e-1f);
+    p = VM_MAD(p, *u, -2.4999993993e-1f);
+    p = VM_MAD(p, *u, 3.3333331174e-1f);
+    *y = p * *u * *z;
+    return (float)e;
+}
+/* log's special values over r: 0 -> -inf, x < 0 -> NaN, inf -> inf, NaN. */
+EW_INLINE float ew_log_special(float x, float r) {
     r = ew_self(x == 0.0f, -INFINITY, r);
     r = ew_self(x < 0.0f, NAN, r);
     r = ew_self(x == INFINITY, x, r);
     return ew_self(x != x, x, r);
+}
+/* ln(x) = e ln2 + ln(m), Cephes' order: e ln2_lo + (u - z/2 + y), then e ln2_hi. */
+EW_INLINE float ew_logf(float x) {
+    float u, y, z, ef = ew_log_parts(x, &u, &y, &z);
+    y = VM_MAD(ef, -2.12194440e-4f, y);
+    y = VM_MAD(z, -0.5f, y);
+    return ew_log_special(x, VM_MAD(ef, 0.693359375f, u + y));
+}
+/* log2, log10: e log_b(2) + ln(m) log_b(e), the constants as float pairs. */
+EW_INLINE float ew_log2f(float x) {
+    float u, y, z, e = ew_log_parts(x, &u, &y, &z), lnm = u + VM_MAD(z, -0.5f, y);
+    float r = e + VM_MAD(lnm, 1.44269502162933349609375f, lnm * 1.925963033500011079e-8f);
+    return ew_log_special(x, r);
+}
+EW_INLINE float ew_log10f(float x) {
+    float u, y, z, e = ew_log_parts(x, &u, &y, &z), lnm = u + VM_MAD(z, -0.5f, y);
+    float t = VM_MAD(lnm, 0.4342944920063018798828125f, lnm * 1.900132345435082e-9f);
+    float r = VM_MAD(e, 0.30102999508380889892578125f, VM_MAD(e, 5.6082952802e-11f, t));
+    return ew_log_special(x, r);
+}
+
+/* 2^x: n = rint(x), 2^(x - n) by Cephes exp2f's polynomial (|x - n| <=
+ * 1/2, x - n exact), 2^n applied in two steps as in ew_expf. */
+EW_INLINE float ew_exp2f(float x) {
+    float xc = ew_self(x > 130.0f, 130.0f, x);
+    xc = ew_self(xc < -160.0f, -160.0f, xc);
+    xc = ew_self(x != x, 0.0f, xc);
+    float n = (xc + 12582912.0f) - 12582912.0f;
+    float r = xc - n;
+    float p = 1.535336188319500e-4f;
+    p = VM_MAD(p, r, 1.339887440266574e-3f);
+    p = VM_MAD(p, r, 9.618437357674640e-3f);
+    p = VM_MAD(p, r, 5.550332471162809e-2f);
+    p = VM_MAD(p, r, 2.402264791363012e-1f);
+    p = VM_MAD(p, r, 6.931472028550421e-1f);
+    float y = VM_MAD(p, r, 1.0f);
+    int32_t ni = (int32_t)n;
+    int32_t n1 = ni >> 1, n2 = ni - n1;
+    int32_t n3 = n2 >> 1; /* (three steps: n down to -150 gives factors within float's exponents) */
+    n2 -= n3;
+    y = y * ew_b2f((n1 + 127) << 23) * ew_b2f((n2 + 127) << 23) * ew_b2f((n3 + 127) << 23);
+    y = ew_self(x >= 128.0f, INFINITY, y);
+    y = ew_self(x < -150.0f, 0.0f, y);
+    return ew_self(x != x, x, y);
+}
+
+/* sinh, cosh: from e = exp(|x|) (sinh below 1 from expm1, where e - 1/e
+ * cancels); above 80, e^|x| / 2 = h * (h / 2) with h = exp(|x| / 2), which
+ * stays finite as far as the results do. */
+EW_INLINE float ew_sinhf(float x) {
+    float a = fabsf(x);
+    float em = ew_expm1f(a);
+    float small = 0.5f * (em + em / (em + 1.0f));
+    float e = ew_expf(a);
+    float mid = 0.5f * (e - 1.0f / e);
+    float h = ew_expf(0.5f * a);
+    float big = (0.5f * h) * h;
+    float r = ew_self(a < 1.0f, small, ew_self(a < 80.0f, mid, big));
+    return ew_self(x != x, x, copysignf(r, x));
+}
+EW_INLINE float ew_coshf(float x) {
+    float a = fabsf(x);
+    float e = ew_expf(a);
+    float mid = 0.5f * (e + 1.0f / e);
+    float h = ew_expf(0.5f * a);
+    float big = (0.5f * h) * h;
+    float r = ew_self(a < 80.0f, mid, big);
+    return ew_self(x != x, x, r);
+}
+/* atan: Cephes atanf (reduced by pi/2 above tan(3pi/8) and by pi/4 above
+ * tan(pi/8), odd polynomial, the reduction's constant added in two parts). */
+EW_INLINE float ew_atanf(float x) {
+    float a = fabsf(x);
+    int hi = a > 2.414213562373095f, mid = (a > 0.4142135623730950f) & !hi;
+    float t = ew_self(hi, -1.0f / a, ew_self(mid, (a - 1.0f) / (a + 1.0f), a));
+    float y0 = ew_self(hi, 1.5707963267948966f, ew_self(mid, 0.7853981633974483f, 0.0f));
+    float y1 = ew_self(hi, -4.37113900018624283e-8f, ew_self(mid, -2.18556950009312141e-8f, 0.0f));
+    float z = t * t;
+    float p = 8.05374449538e-2f;
+    p = VM_MAD(p, z, -1.38776856032e-1f);
+    p = VM_MAD(p, z, 1.99777106478e-1f);
+    p = VM_MAD(p, z, -3.33329491539e-1f);
+    float r = y0 + (VM_MAD(p * z, t, t) + y1); /* (y1: pi/4 or pi/2 minus its float) */
+    r = ew_self(a == INFINITY, 1.5707963267948966f, r);
+    return ew_self(x != x, x, copysignf(r, x));
+}
+/* asin, acos: Cephes asinf's polynomial on |x| <= 1/2, and through
+ * asin(a) = pi/2 - 2 asin(sqrt((1 - a) / 2)) above. */
+EW_INLINE float ew_asin_poly(float t) {
+    float z = t * t;
+    float p = 4.2163199048e-2f;
+    p = VM_MAD(p, z, 2.4181311049e-2f);
+    p = VM_MAD(p, z, 4.5470025998e-2f);
+    p = VM_MAD(p, z, 7.4953002686e-2f);
+    p = VM_MAD(p, z, 1.6666752422e-1f);
+    return VM_MAD(p * z, t, t);
+}
+EW_INLINE float ew_asinf(float x) {
+    float a = fabsf(x);
+    float s = sqrtf(ew_self(a > 1.0f, 0.0f, 0.5f * (1.0f - a)));
+    float big = 1.5707963267948966f - (2.0f * ew_asin_poly(s) + 4.37113900018624283e-8f); /* pi/2 = float + -4.4e-8 */
+    float r = ew_self(a > 0.5f, big, ew_asin_poly(a));
+    r = ew_self(a > 1.0f, NAN, r);
+    return ew_self(x != x, x, copysignf(r, x));
+}
+EW_INLINE float ew_acosf(float x) {
+    float a = fabsf(x);
+    float s = sqrtf(ew_self(a > 1.0f, 0.0f, 0.5f * (1.0f - a)));
+    float w = 2.0f * ew_asin_poly(s);                                 /* acos(|x|), |x| > 1/2 */
+    float neg = 3.14159274101257324f - (w + 8.74227800037248566e-8f); /* acos(-|x|) = pi - acos(|x|) */
+    float mid = 1.5707963267948966f - (ew_asin_poly(x) + 4.37113900018624283e-8f);
+    float r = ew_self(a > 0.5f, ew_self(x < 0.0f, neg, w), mid);
+    r = ew_self(a > 1.0f, NAN, r);
+    return ew_self(x != x, x, r);
+}
+
+/* sin, cos, tan: x reduced by pi/2 in double (k = rint(2x/pi), r = x - k
+ * pi/2 in two fused steps: exact to ~2^-52 for |x| < EW_TRIG_MAX), then
+ * Cephes sinf / cosf polynomials on the float r, picked by k's quadrant.
+ * Larger |x| (and inf, NaN) are redone with libm after the loop
+ * (ew_trig_big): their reduction needs more bits of pi than double has. */
+#define EW_TRIG_MAX 8388608.0f
+EW_INLINE float ew_trig_r(float x, int32_t *q) {
+    double xd = (double)ew_self(fabsf(x) < EW_TRIG_MAX, x, 0.0f);
+    double k = nearbyint(xd * 0.63661977236758134308);
+    double r = fma(-k, 1.5707963267948966192, xd);
+    r = fma(-k, 6.123233995736766036e-17, r);
+    *q = (int32_t)k;
+    return (float)r;
+}
+EW_INLINE float ew_sin_poly(float r, float z) {
+    float p = -1.9515295891e-4f;
+    p = VM_MAD(p, z, 8.3321608736e-3f);
+    p = VM_MAD(p, z, -1.6666654611e-1f);
+    return VM_MAD(p * z, r, r);
+}
+EW_INLINE float ew_cos_poly(float z) {
+    float p = 2.443315711809948e-5f;
+    p = VM_MAD(p, z, -1.388731625493765e-3f);
+    p = VM_MAD(p, z, 4.166664568298827e-2f);
+    return VM_MAD(p * z, z, VM_MAD(z, -0.5f, 1.0f));
+}
+EW_INLINE float ew_sinf(float x) {
+    int32_t q;
+    float r = ew_trig_r(x, &q), z = r * r;
+    float v = ew_self(q & 1, ew_cos_poly(z), ew_sin_poly(r, z));
+    return ew_b2f(ew_f2b(v) ^ (int32_t)(((uint32_t)q & 2u) << 30));
+}
+EW_INLINE float ew_cosf(float x) {
+    int32_t q;
+    float r = ew_trig_r(x, &q), z = r * r;
+    float v = ew_self(q & 1, ew_sin_poly(r, z), ew_cos_poly(z));
+    return ew_b2f(ew_f2b(v) ^ (int32_t)((((uint32_t)q + 1u) & 2u) << 30));
+}
+EW_INLINE float ew_tanf(float x) { /* Cephes tanf's polynomial; -1/tan(r) in odd quadrants */
+    int32_t q;
+    float r = ew_trig_r(x, &q), z = r * r;
+    float p = 9.38540185543e-3f;
+    p = VM_MAD(p, z, 3.11992232697e-3f);
+    p = VM_MAD(p, z, 2.44301354525e-2f);
+    p = VM_MAD(p, z, 5.34112807005e-2f);
+    p = VM_MAD(p, z, 1.33387994085e-1f);
+    p = VM_MAD(p, z, 3.33331568548e-1f);
+    float t = VM_MAD(p * z, r, r);
+    return ew_self(q & 1, -1.0f / t, t);
 }
 
 /* log1p(x) = log(u) * x / (u - 1) with u = 1 + x (Goldberg): exact for u == 1. */
@@ -136,6 +303,14 @@ EW_INLINE float ew_log1pf(float x) {
     float r = ew_logf(u) * (x / d);
     r = ew_self(d == 0.0f, x, r);
     return ew_self(u == INFINITY, u, r);
+}
+
+/* atanh = log1p(2|x| / (1 - |x|)) / 2 with x's sign (1 -> inf, beyond -> NaN). */
+EW_INLINE float ew_atanhf(float x) {
+    float a = fabsf(x);
+    float r = 0.5f * ew_log1pf((a + a) / (1.0f - a));
+    r = ew_self(a > 1.0f, NAN, r);
+    return ew_self(x != x, x, copysignf(r, x));
 }
 
 /* erf for GELU: Abramowitz-Stegun 7.1.26 (|error| < 1.5e-7), the formula
@@ -215,6 +390,18 @@ EW_INLINE float ew_truncf(float x) {
 #undef TANH
 #undef ERF
 #undef ERF_GELU
+#undef EXP2
+#undef LOG2
+#undef LOG10
+#undef SIN
+#undef COS
+#undef TAN
+#undef ASIN
+#undef ACOS
+#undef ATAN
+#undef SINH
+#undef COSH
+#undef ATANH
 #undef FLOOR
 #undef CEIL
 #undef TRUNC
@@ -227,6 +414,18 @@ EW_INLINE float ew_truncf(float x) {
 #define LOG1P(v)     _Generic((v), float: ew_log1pf, default: log1p)(v)
 #define TANH(v)      _Generic((v), float: ew_tanhf, default: tanh)(v)
 #define ERF(v)       _Generic((v), float: ew_erff, default: erf)(v)
+#define EXP2(v)      _Generic((v), float: ew_exp2f, default: exp2)(v)
+#define LOG2(v)      _Generic((v), float: ew_log2f, default: log2)(v)
+#define LOG10(v)     _Generic((v), float: ew_log10f, default: log10)(v)
+#define SIN(v)       _Generic((v), float: ew_sinf, default: sin)(v)
+#define COS(v)       _Generic((v), float: ew_cosf, default: cos)(v)
+#define TAN(v)       _Generic((v), float: ew_tanf, default: tan)(v)
+#define ASIN(v)      _Generic((v), float: ew_asinf, default: asin)(v)
+#define ACOS(v)      _Generic((v), float: ew_acosf, default: acos)(v)
+#define ATAN(v)      _Generic((v), float: ew_atanf, default: atan)(v)
+#define SINH(v)      _Generic((v), float: ew_sinhf, default: sinh)(v)
+#define COSH(v)      _Generic((v), float: ew_coshf, default: cosh)(v)
+#define ATANH(v)     _Generic((v), float: ew_atanhf, default: atanh)(v)
 #define ERF_GELU(v)  _Generic((v), float: ew_erf_gelu_f, default: erf)(v)
 #define FLOOR(v)     _Generic((v), float: ew_floorf, default: floor)(v)
 #define CEIL(v)      _Generic((v), float: ew_ceilf, default: ceil)(v)
@@ -280,6 +479,26 @@ EW_INLINE double ew_minnd(double a, double b) { return ew_seld((a < b) | (a != a
 #define EW_TILE_F_PASS op, n, O, X, Y, Z, p
 static int ew_tile_f(EW_TILE_F_ARGS);
 
+/* sin, cos, tan, sinc of arguments at or beyond EW_TRIG_MAX (and inf,
+ * NaN) redone with libm after the vector loop: rare, so the loop only
+ * scans the tile's bits for one. */
+static void ew_trig_big(tpu_op op, int n, float *O, const float *X, bool bf16) {
+    for (int i = 0; i < n; i++) {
+        float x = X[i], px = op == TPU_OP_SINC ? (float)TPU_PI * x : x; /* (sinc's own product) */
+        if (fabsf(px) < EW_TRIG_MAX) continue;
+        float v = op == TPU_OP_SIN ? sinf(x) : op == TPU_OP_COS ? cosf(x) : op == TPU_OP_TAN ? tanf(x) : sinf(px) / px;
+        O[i] = bf16 ? ew_round_bf16(v) : v;
+    }
+}
+EW_INLINE void ew_trig_fix(tpu_op op, int n, float *restrict O, const float *restrict X, bool bf16) {
+    if (op != TPU_OP_SIN && op != TPU_OP_COS && op != TPU_OP_TAN && op != TPU_OP_SINC) return;
+    const float s = op == TPU_OP_SINC ? (float)TPU_PI : 1.0f;
+    const int32_t lim = ew_f2b(EW_TRIG_MAX);
+    int32_t any = 0;
+    EW_LOOP(i) any |= (ew_f2b(s * X[i]) & 0x7fffffff) >= lim; /* (NaN and inf included) */
+    if (any) ew_trig_big(op, n, O, X, bf16);
+}
+
 EW_INLINE int ew_tile_f_body(EW_TILE_F_ARGS) {
     typedef float T;
     if (op == TPU_OP_POW) EW_POW_SCALAR(float)
@@ -291,6 +510,7 @@ EW_INLINE int ew_tile_f_body(EW_TILE_F_ARGS) {
 #undef TPU_EXPR_PARAM_F
     default: EW_LOOP(i) O[i] = NAN; break;
     }
+    ew_trig_fix(op, n, O, X, false);
     return 0;
 }
 
@@ -312,6 +532,7 @@ EW_INLINE int ew_tile_f_bf16_body(EW_TILE_F_ARGS) {
 #undef TPU_EXPR_PARAM_F
     default: EW_LOOP(i) O[i] = NAN; break;
     }
+    ew_trig_fix(op, n, O, X, true);
     return 0;
 }
 #undef EW_OUT
