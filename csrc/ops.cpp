@@ -12,3 +12,4 @@
 #include "ops_nn.cpp"
 #include "ops_linalg.cpp"
 #include "ops_spectral.cpp"
+#include "ops_attention.cpp"

@@ -13,6 +13,7 @@
 //   ops_linalg.cpp     linear algebra: PyTorch's device-generic linalg functions
 //                      with their DispatchStubs filled by the LINALG kernels
 //   ops_spectral.cpp   complex views, conj_physical, the FFT primitives
+//   ops_attention.cpp  scaled_dot_product_attention (its backend choice, forward, backward)
 // Each ops_*.cpp registers its own rows (one TORCH_LIBRARY_IMPL block per file);
 // ops.cpp compiles them as one translation unit (compile time on two cores).
 // Batch norm and mse_loss have no kernel here: torch_tpu/_decomp.py registers

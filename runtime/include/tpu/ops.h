@@ -22,7 +22,7 @@ extern "C" {
 /* PyTorch's own limit for device kernels (CUDA's MAX_DIMS). Kernels drop
  * size-1 dims and merge contiguous ones, so rank costs nothing at run time. */
 #define TPU_MAX_DIMS     25
-#define TPU_MAX_OPERANDS 8
+#define TPU_MAX_OPERANDS 12
 
 typedef enum tpu_op {
 #define TPU_OP(e, name, fam, nout, nmin, nmax, ...) TPU_OP_##e,
@@ -55,7 +55,7 @@ typedef enum tpu_op_class {
     X(EW, elementwise, ew) X(RED, reduce, red) X(SCAN, scan, scan) X(GEMM, gemm, gemm)         \
     X(SOFTMAX, softmax, softmax) X(LOSS, loss, loss) X(NORM, norm, norm) X(INDEX, index, index) \
     X(RANDOM, random, random) X(OPTIM, optim, optim) X(SHAPE, shape, shape) X(RNN, rnn, rnn)       \
-    X(SORT, sort, sort) X(LINALG, linalg, linalg) X(FFT, fft, fft)
+    X(SORT, sort, sort) X(LINALG, linalg, linalg) X(FFT, fft, fft) X(ATTN, attention, attn)
 /* clang-format on */
 
 typedef enum tpu_op_family {

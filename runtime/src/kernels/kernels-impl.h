@@ -65,6 +65,10 @@ void tpu_ln_row_f(float *y, const float *x, int64_t M, const float *w, const flo
  * own row code, which it runs whenever the output is contiguous along dim,
  * so a fused group holding the row gets the kernel's bits. */
 void tpu_softmax_row_f(tpu_op op, float *out, const float *in0, const float *in1, int64_t n);
+/* Which build of the attention micro-kernel runs (attention.c): 1 AVX-512
+ * (where the CPU has it), 0 plain C. Picked on first use; tests force each. */
+int tpu_attn_get_isa(void);
+void tpu_attn_set_isa(int isa); /* tests only: not while kernels run */
 /* Run the fast kernel of a.op (registry.c: dispatch by family). */
 tpu_status tpu_kernel_run(tpu_kargs *a);
 /* The unit gemm.c runs for fp32 (bf16 = false) or bf16 operands on this host:

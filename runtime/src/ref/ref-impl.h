@@ -44,6 +44,19 @@ int64_t tpu_fft_line_off(const tpu_tensor *t, int dim, int64_t line);
 /* RNN cells (ref/ref_rnn.c): *B, *H are the batch and hidden sizes. */
 tpu_status tpu_rnn_check(tpu_kargs *a, int64_t *B, int64_t *H);
 
+/* Attention (ref/ref_attn.c; ops.def: ATTN, ATTN_BWD): sizes, parameters and
+ * the optional mask of a launch, checked against every operand. */
+typedef struct tpu_attn_dims {
+    int64_t B, H, Hk, L, S, E, Ev;
+    double scale, dropout;
+    bool causal, grad_mask;
+    uint64_t seed, offset;
+    const tpu_tensor *mask; /* NULL if none */
+} tpu_attn_dims;
+tpu_status tpu_attn_check(tpu_kargs *a, tpu_attn_dims *d);
+/* Whether dropout keeps element n = ((b H + h) L + i) S + j (one Philox draw). */
+bool tpu_attn_keep(const tpu_attn_dims *d, uint64_t n);
+
 /* Linear algebra (ref/ref_linalg.c; ops.def: TRSM .. LU_PERM). A launch's
  * batch dims (nb of them, batch matrices) and matrix sizes: m x n of output 0
  * (TRSM: B; GETRS: m = the order, n = B's columns; LU_PERM: m = the
