@@ -19,7 +19,7 @@ setup(
             sources=["csrc/device.cpp", "csrc/ops.cpp", "csrc/autocast.cpp", "csrc/dist.cpp"],  # ops.cpp includes csrc/ops_*.cpp (one unit: compile time)
             include_dirs=[os.path.join(ROOT, "runtime", "include")],
             extra_objects=[LIB],
-            depends=[LIB, "csrc/tpu_glue.h", "csrc/complex_route.h", "csrc/ops_core.cpp", "csrc/ops_pointwise.cpp", "csrc/ops_nn.cpp", "csrc/ops_linalg.cpp", "csrc/ops_spectral.cpp"] + [os.path.join("runtime/include/tpu", f)
+            depends=[LIB, "csrc/tpu_glue.h", "csrc/complex_route.h", "csrc/ops_core.cpp", "csrc/ops_pointwise.cpp", "csrc/ops_nn.cpp", "csrc/ops_linalg.cpp", "csrc/ops_spectral.cpp", "csrc/ops_attention.cpp"] + [os.path.join("runtime/include/tpu", f)
                                                 for f in os.listdir(os.path.join(ROOT, "runtime/include/tpu"))],
             extra_compile_args=["-std=c++20", "-O2", "-g0", "-Wno-unused-parameter"],
             extra_link_args=["-pthread"],

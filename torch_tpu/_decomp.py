@@ -63,6 +63,12 @@ csrc/ and out of this table.
   tensor mean and / or std (the native normal fill scaled and shifted, as the
   CPU's normal_out_impl) and
   ``rrelu_with_noise`` (training: the slopes drawn by the tpu generator).
+- ``_upsample_bilinear2d_aa`` / ``_upsample_bicubic2d_aa`` (``F.interpolate(...,
+  antialias=True)``; differentiated through at the autograd level): two native
+  matmuls with PyTorch's interpolation matrices (its _compute_weights_aa: the
+  filter stretched by the scale when downsampling, normalized per output), which
+  depend on the sizes only and are built on the host in float64, like an index
+  table; half types compute in float32.
 - ``_embedding_bag`` (sum / mean / max, offsets or 2-d input, per-sample
   weights, padding_idx, include_last_offset; differentiated through at the
   autograd level): bags padded to the longest (one host read, with the checks of
@@ -1998,6 +2004,62 @@ def _adaptive_max_pool3d_backward(grad, x, indices):
     return g.view(x.shape)
 
 # (schema name, overload, implementation)
+
+# ---- antialiased resize (F.interpolate(..., antialias=True), torchvision's Resize)
+def _aa_filter_linear(x):
+    x = x.abs()
+    return torch.where(x < 1, 1 - x, torch.zeros_like(x))
+
+
+def _aa_filter_cubic(x, a=-0.5):
+    x = x.abs()
+    near = ((a + 2) * x - (a + 3)) * x * x + 1
+    far = ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+    return torch.where(x < 1, near, torch.where(x < 2, far, torch.zeros_like(x)))
+
+
+def _aa_weights(n_in, n_out, align_corners, scale, filt, interp_size):
+    """The out x in interpolation matrix of PyTorch's antialiased kernels (_compute_weights_aa):
+    output i averages the inputs within `support` of its centre, weighted by the filter
+    stretched by the scale when downsampling, normalized to sum 1. A function of the sizes
+    only, built on the host like an index table, in float64."""
+    if align_corners:
+        sc = (n_in - 1) / (n_out - 1) if n_out > 1 else 0.0
+    else:
+        sc = 1.0 / scale if scale is not None and scale > 0 else n_in / n_out
+    support = interp_size * 0.5 * sc if sc >= 1.0 else interp_size * 0.5
+    invscale = 1.0 / sc if sc >= 1.0 else 1.0
+    centre = sc * (torch.arange(n_out, dtype=torch.float64) + 0.5)
+    lo = torch.trunc(centre - support + 0.5).clamp(min=0)
+    hi = torch.trunc(centre + support + 0.5).clamp(max=n_in)
+    j = torch.arange(n_in, dtype=torch.float64)
+    w = filt((j[None, :] - centre[:, None] + 0.5) * invscale)
+    w = torch.where((j[None, :] >= lo[:, None]) & (j[None, :] < hi[:, None]), w, torch.zeros_like(w))
+    total = w.sum(1, keepdim=True)
+    return torch.where(total != 0, w / torch.where(total != 0, total, torch.ones_like(total)), w)
+
+
+def _upsample_aa(name, filt, interp_size):
+    def run(x, output_size, align_corners, scales_h=None, scales_w=None):
+        if len(output_size) != 2:
+            raise RuntimeError(f"It is expected output_size equals to 2, but got size {len(output_size)}")
+        if x.dim() != 4 or x.numel() == 0 and math.prod(x.shape[1:]) == 0:
+            raise RuntimeError(f"Non-empty 4D data tensor expected but got a tensor with sizes {list(x.shape)}")
+        ih, iw = x.shape[-2:]
+        oh, ow = output_size
+        if not (ih > 0 and iw > 0 and oh > 0 and ow > 0):
+            raise RuntimeError(f"Input and output sizes should be greater than 0, but got input (H: {ih}, W: {iw}) "
+                               f"output (H: {oh}, W: {ow})")
+        ct = torch.float32 if x.dtype in (torch.bfloat16, torch.float16) else x.dtype
+        wh = _aa_weights(ih, oh, align_corners, scales_h, filt, interp_size).to(x.device, ct)
+        ww = _aa_weights(iw, ow, align_corners, scales_w, filt, interp_size).to(x.device, ct)
+        y = torch.matmul(torch.matmul(wh, x.to(ct)), ww.t()).to(x.dtype)
+        return y.contiguous(memory_format=suggest_memory_format(x))
+
+    run.__name__ = name
+    return run
+
+
 _ROWS = [
     ("native_batch_norm", "default", _batch_norm),
     ("native_batch_norm_backward", "default", None),
@@ -2028,6 +2090,8 @@ _ROWS = [
     ("_prelu_kernel", "default", None),
     ("_prelu_kernel_backward", "default", None),
     ("upsample_nearest1d", "default", None),
+    ("_upsample_bilinear2d_aa", "default", _upsample_aa("_upsample_bilinear2d_aa", _aa_filter_linear, 2)),
+    ("_upsample_bicubic2d_aa", "default", _upsample_aa("_upsample_bicubic2d_aa", _aa_filter_cubic, 4)),
     ("upsample_nearest1d", "vec", None),
     ("upsample_nearest2d", "default", None),
     ("upsample_nearest2d", "vec", None),
@@ -2206,7 +2270,7 @@ _ROWS = [
 _AUTOGRAD_LEVEL = {"avg_pool2d", "sgn", "replication_pad1d", "replication_pad2d", "replication_pad3d", "upsample_linear1d",
                    "_adaptive_avg_pool2d", "upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "_upsample_nearest_exact1d",
                    "_upsample_nearest_exact2d", "upsample_bilinear2d", "upsample_bicubic2d", "upsample_trilinear3d",
-                   "grid_sampler_2d", "_embedding_bag"}
+                   "grid_sampler_2d", "_embedding_bag", "_upsample_bilinear2d_aa", "_upsample_bicubic2d_aa"}
 
 
 # rows whose function takes complex tensors itself (polar writes a complex result from real inputs, sgn divides)

@@ -172,3 +172,25 @@ def test_masked_scatter_and_masked_select_backward_match_cpu():
         with pytest.raises(RuntimeError) as ours:
             f(x.to(D), m.to(D), src.to(D))
         assert str(ours.value).splitlines()[0] == str(cpu.value).splitlines()[0]
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("case", [((2, 3, 37, 45), (13, 20), None, False), ((1, 2, 16, 16), (40, 33), None, True),
+                                  ((1, 1, 50, 50), None, (0.3, 0.45), False), ((1, 2, 20, 30), (1, 1), None, True)],
+                         ids=["down", "up", "scale", "to1x1"])
+def test_antialiased_interpolate_matches_cpu(mode, dtype, case):
+    """F.interpolate(antialias=True) (_upsample_bilinear2d_aa / _upsample_bicubic2d_aa, e.g. torchvision's
+    Resize): native, forward and backward, downsampling and upsampling, align_corners both ways."""
+    shape, size, sf, ac = case
+    x = torch.randn(shape, dtype=dtype, generator=torch.Generator().manual_seed(0))
+    res = []
+    for dev in ("cpu", D):
+        xx = x.detach().to(dev).clone().requires_grad_()
+        o = torch.nn.functional.interpolate(xx, size=size, scale_factor=sf, mode=mode, align_corners=ac,
+                                            antialias=True)
+        o.backward(torch.randn(o.shape, dtype=dtype, generator=torch.Generator().manual_seed(1)).to(dev))
+        res.append((o, xx.grad))
+    tol = dict(rtol=1e-5, atol=1e-5)
+    assert_close(res[1][0], res[0][0], **tol)
+    assert_close(res[1][1], res[0][1], **tol)

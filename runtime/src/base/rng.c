@@ -223,17 +223,9 @@ __attribute__((target("avx512f"))) static void philox_blocks_avx512(uint64_t see
 #endif
 
 void tpu_philox_blocks(uint64_t seed, uint64_t offset, uint64_t g0, int nb, uint32_t *out) {
-#ifdef PHILOX_AVX2
-    if (__builtin_cpu_supports("avx512f")) {
-        philox_blocks_avx512(seed, offset, g0, nb, out);
-        return;
-    }
-    if (__builtin_cpu_supports("avx2")) {
-        philox_blocks_avx2(seed, offset, g0, nb, out);
-        return;
-    }
-#endif
-    philox_blocks_c(seed, offset, g0, nb, out);
+    /* The widest form this CPU runs; the portable one always does. */
+    if (!tpu_philox_blocks_isa(2, seed, offset, g0, nb, out) && !tpu_philox_blocks_isa(1, seed, offset, g0, nb, out))
+        philox_blocks_c(seed, offset, g0, nb, out);
 }
 
 /* The portable form whatever the CPU (tests compare the two). */
