@@ -147,18 +147,8 @@ static float *at_lse_ptr(const tpu_tensor *lse, int64_t b, int64_t h, int64_t i)
     return (float *)tpu_elem_ptr(lse, b * lse->strides[0] + h * lse->strides[1] + i * lse->strides[2]);
 }
 
-/* kt[e * AT_BK + c] = k(b, hk, j0 + c, e) for c < nk, zero up to AT_BK: the
- * transposed key block (also the transposed value block, for dP = dO V^T). */
-static void at_load_t(float *kt, const tpu_tensor *k, int64_t b, int64_t hk, int64_t j0, int64_t nk, int64_t E) {
-    for (int64_t e = 0; e < E; e++) {
-        float *row = kt + e * AT_BK;
-        tpu_tile_load_f32(
-            row, tpu_elem_ptr(k, b * k->strides[0] + hk * k->strides[1] + j0 * k->strides[2] + e * k->strides[3]),
-            k->strides[2], nk, (tpu_dtype)k->dtype);
-        if (nk < AT_BK) memset(row + nk, 0, (size_t)(AT_BK - nk) * sizeof *row);
-    }
-}
-/* The same from fp32 rows already loaded (row stride ld). */
+/* kt[e * AT_BK + c] = rows[c * ld + e] for c < nk, zero up to AT_BK: a
+ * transposed key (or value) block from its fp32 rows. */
 static void at_transpose(float *kt, const float *rows, int64_t ld, int64_t nk, int64_t E) {
     for (int64_t e = 0; e < E; e++) {
         float *row = kt + e * AT_BK;
@@ -175,13 +165,13 @@ AT_CLONES static void at_scores(const at_job *j, float *x, int64_t b, int64_t h,
     const float scale = (float)d->scale;
     int64_t lim = nk;
     if (d->causal && i - j0 + 1 < lim) lim = i - j0 + 1 > 0 ? i - j0 + 1 : 0;
-    if (d->mask) {
-        at_load(mrow, d->mask, b, h, i, j0, nk, AT_BK);
-        if (d->mask->dtype == TPU_BOOL)
-            for (int c = 0; c < AT_BK; c++) mrow[c] = mrow[c] != 0 ? 0.0f : -INFINITY;
-    } else {
-        memset(mrow, 0, AT_BK * sizeof *mrow);
+    if (!d->mask) {
+        for (int c = 0; c < AT_BK; c++) x[c] = c < lim ? x[c] * scale : -INFINITY;
+        return;
     }
+    at_load(mrow, d->mask, b, h, i, j0, nk, AT_BK);
+    if (d->mask->dtype == TPU_BOOL)
+        for (int c = 0; c < AT_BK; c++) mrow[c] = mrow[c] != 0 ? 0.0f : -INFINITY;
     for (int c = 0; c < AT_BK; c++) x[c] = c < lim ? x[c] * scale + mrow[c] : -INFINITY;
 }
 
@@ -224,7 +214,7 @@ static void at_fwd_block(at_job *j, float *ws, int64_t task) {
     const int64_t b = bh / d->H, h = bh % d->H, hk = h / (d->H / d->Hk);
     const int64_t i0 = (task % j->nqb) * AT_BQ, nq = d->L - i0 < AT_BQ ? d->L - i0 : AT_BQ;
     float *qb = ws, *kt = qb + AT_BQ * E, *vb = kt + E * AT_BK, *x = vb + AT_BK * EvP, *acc = x + AT_BQ * AT_BK;
-    float *m = acc + AT_BQ * EvP, *l = m + AT_BQ, *mrow = l + AT_BQ, *z = mrow + AT_BK;
+    float *m = acc + AT_BQ * EvP, *l = m + AT_BQ, *mrow = l + AT_BQ, *z = mrow + AT_BK, *kr = z + AT_BK;
     for (int64_t r = 0; r < nq; r++) {
         at_load(qb + r * E, q, b, h, i0 + r, 0, E, E);
         m[r] = -INFINITY;
@@ -234,8 +224,11 @@ static void at_fwd_block(at_job *j, float *ws, int64_t task) {
     int64_t jend = d->causal && i0 + nq < d->S ? i0 + nq : d->S;
     for (int64_t j0 = 0; j0 < jend; j0 += AT_BK) {
         const int64_t nk = jend - j0 < AT_BK ? jend - j0 : AT_BK;
-        at_load_t(kt, k, b, hk, j0, nk, E);
-        for (int64_t c = 0; c < nk; c++) at_load(vb + c * EvP, v, b, hk, j0 + c, 0, Ev, EvP);
+        for (int64_t c = 0; c < nk; c++) {
+            at_load(kr + c * E, k, b, hk, j0 + c, 0, E, E);
+            at_load(vb + c * EvP, v, b, hk, j0 + c, 0, Ev, EvP);
+        }
+        at_transpose(kt, kr, E, nk, E);
         at_mm(x, AT_BK, qb, E, 1, kt, AT_BK, nq, AT_BK, E, true);
         for (int64_t r = 0; r < nq; r++) {
             float *xr = x + r * AT_BK;
@@ -258,7 +251,7 @@ static void at_fwd_block(at_job *j, float *ws, int64_t task) {
 
 static int64_t at_fwd_ws(const at_job *j) {
     const int64_t E = j->d.E, EvP = j->EvP;
-    return AT_BQ * E + E * AT_BK + AT_BK * EvP + AT_BQ * AT_BK + AT_BQ * EvP + 2 * AT_BQ + 2 * AT_BK;
+    return AT_BQ * E + E * AT_BK + AT_BK * EvP + AT_BQ * AT_BK + AT_BQ * EvP + 2 * AT_BQ + 2 * AT_BK + AT_BK * E;
 }
 
 /* ---- backward ---- */
