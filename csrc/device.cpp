@@ -708,14 +708,15 @@ std::vector<std::string> py_flush_causes() {
 // Flushes by cause (in py_flush_causes' order), then ops recorded, ops fused,
 // groups run, kernels run, results never stored, bytes never materialized,
 // plan-cache hits and misses, groups run as lookup tables, operands read from
-// a recomputed copy, launches recorded again to recompute them.
+// a recomputed copy, launches recorded again to recompute them, launches
+// recorded as a cheaper one, kernel nodes dropped.
 std::vector<int64_t> py_fused_stats() {
   tpu_fused_stats s;
   tpu_fused_get_stats(&s);
   std::vector<int64_t> v(s.flushes, s.flushes + TPU_FLUSH_CAUSE_COUNT);
-  for (uint64_t x :
-       {s.ops_recorded, s.ops_fused, s.groups_run, s.kernels_run, s.results_never_stored, s.bytes_never_materialized,
-        s.plan_cache_hits, s.plan_cache_misses, s.groups_by_table, s.remat_reads, s.remat_ops})
+  for (uint64_t x : {s.ops_recorded, s.ops_fused, s.groups_run, s.kernels_run, s.results_never_stored,
+                     s.bytes_never_materialized, s.plan_cache_hits, s.plan_cache_misses, s.groups_by_table,
+                     s.remat_reads, s.remat_ops, s.ops_rewritten, s.kernels_dropped})
     v.push_back(static_cast<int64_t>(x));
   return v;
 }

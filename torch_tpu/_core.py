@@ -77,14 +77,18 @@ def fused_stats() -> dict:
     groups over one 8- or 16-bit tensor run as a lookup table: see the
     README; ``TORCH_TPU_FUSED_TABLES=0`` turns that off), ``remat_reads``
     (operands that read a recomputed copy instead of a value kept in memory)
-    and ``remat_ops`` (ops recorded again to recompute such values: see the
-    README; ``TORCH_TPU_FUSED_REMAT=0`` turns that off)."""
+    , ``remat_ops`` (ops recorded again to recompute such values: see the
+    README; ``TORCH_TPU_FUSED_REMAT=0`` turns that off), ``ops_rewritten``
+    (ops recorded as a cheaper op over values the window holds: a
+    ``nll_loss`` of a ``log_softmax`` as one cross entropy from the logits,
+    its backward likewise) and ``kernels_dropped`` (ops not run because
+    nothing read their results before they were freed)."""
     v = torch.ops.torch_tpu.fused_stats()
     causes = torch.ops.torch_tpu.flush_causes()
     rest = v[len(causes):]
     names = ["ops_recorded", "ops_fused", "fused_groups_run", "kernels_run", "results_never_stored",
              "bytes_never_materialized", "plan_cache_hits", "plan_cache_misses", "groups_by_table",
-             "remat_reads", "remat_ops"]
+             "remat_reads", "remat_ops", "ops_rewritten", "kernels_dropped"]
     out = {"flushes": dict(zip(causes, v[:len(causes)]))}
     out.update(zip(names, rest))
     return out

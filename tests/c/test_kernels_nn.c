@@ -1,4 +1,4 @@
-/* test_kernels_nn.c - softmax, nll loss, layer norm, index, AdamW and matmul kernels.
+/* test_kernels_nn.c - softmax, nll loss, cross entropy, layer norm, index, AdamW and matmul kernels.
  *
  * Each case builds operands in plain host memory (kernels see host pointers),
  * runs the fast kernel and the reference kernel into separate outputs with
@@ -345,11 +345,14 @@ static void test_nll_hand(void) {
     CHECK(g[0] == 0 && g[1] == 0 && g[2] == 0 && g[3] == 0);
 }
 
+/* nll_loss and cross_entropy (ce), forward and backward, fast and reference */
 static void test_nll_errors(void) {
     static const int64_t bad[] = {5, -1, 100};
     for (size_t bi = 0; bi < sizeof bad / sizeof bad[0]; bi++)
-        for (int ref = 0; ref < 2; ref++) {
-            snprintf(case_desc, sizeof case_desc, "nll target %lld %s", (long long)bad[bi], ref ? "ref" : "fast");
+        for (int k = 0; k < 4; k++) {
+            bool ref = k & 1, ce = k & 2;
+            snprintf(case_desc, sizeof case_desc, "%s target %lld %s", ce ? "cross_entropy" : "nll", (long long)bad[bi],
+                     ref ? "ref" : "fast");
             int64_t xs[2] = {3, 5};
             hten x, tg, l, l0, twt, g, g0, go;
             hmk(&x, TPU_F32, 2, xs, L_CONTIG);
@@ -367,7 +370,7 @@ static void test_nll_errors(void) {
             p.i[1] = -100;
             char err[256], want[64];
             snprintf(want, sizeof want, "Target %lld is out of bounds.", (long long)bad[bi]);
-            CHECK(run(ref, TPU_OP_NLL_LOSS, ops, 4, &p, err) == TPU_ERROR_KERNEL);
+            CHECK(run(ref, ce ? TPU_OP_CROSS_ENTROPY : TPU_OP_NLL_LOSS, ops, 4, &p, err) == TPU_ERROR_KERNEL);
             CHECK_MSG(strcmp(err, want) == 0, "message '%s'", err);
             CHECK(memcmp(l.mem, l0.mem, l.bytes + 2 * GUARD) == 0);
             hmk(&g, TPU_F32, 2, xs, L_CONTIG);
@@ -375,14 +378,140 @@ static void test_nll_errors(void) {
             hmk(&go, TPU_F32, 0, NULL, L_CONTIG);
             hset(&go, 0, 1);
             hset(&twt, 0, 2);
-            tpu_tensor bops[4] = {g.t, go.t, tg.t, twt.t};
+            tpu_tensor bops[5] = {g.t, go.t, tg.t, twt.t}, cops[5] = {g.t, go.t, x.t, tg.t, twt.t};
             err[0] = 0;
-            CHECK(run(ref, TPU_OP_NLL_LOSS_BWD, bops, 4, &p, err) == TPU_ERROR_KERNEL);
+            CHECK(ce ? run(ref, TPU_OP_CROSS_ENTROPY_BWD, cops, 5, &p, err) == TPU_ERROR_KERNEL
+                     : run(ref, TPU_OP_NLL_LOSS_BWD, bops, 4, &p, err) == TPU_ERROR_KERNEL);
             CHECK_MSG(strcmp(err, want) == 0, "message '%s'", err);
             CHECK(memcmp(g.mem, g0.mem, g.bytes + 2 * GUARD) == 0);
             hten *all[] = {&x, &tg, &l, &l0, &twt, &g, &g0, &go};
             for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) hfree(all[i]);
         }
+}
+
+/* ================= cross entropy ================= */
+
+/* Cross entropy over x [N, C] (layout xl) and its backward, from the logits
+ * and from the log-probabilities, against the reference; on float32 also
+ * against the pair it replaces (LOG_SOFTMAX then NLL_LOSS, NLL_LOSS_BWD then
+ * LOG_SOFTMAX_BWD, fast kernels), which must match bit for bit. */
+static void ce_case(tpu_dtype dt, int64_t N, int64_t C, int reduction, bool weighted, int64_t ignore, int xl) {
+    snprintf(case_desc, sizeof case_desc, "cross_entropy %s N %lld C %lld reduction %d weight %d ignore %lld layout %d",
+             tpu_dtype_name(dt), (long long)N, (long long)C, reduction, weighted, (long long)ignore, xl);
+    int64_t xs[2] = {N, C};
+    hten x, tg, w, lf, lr, twf, twr, go, lp;
+    hmk(&x, dt, 2, xs, xl);
+    hfill(&x, -8, 6);
+    if (N > 2) hset(&x, 2 % (N * C), 40); /* a row with one large logit */
+    hmk1(&tg, TPU_I64, N, L_PAD);
+    hfill_int(&tg, C);
+    for (int64_t i = 1; i < N; i += 4) tpu_store_i64(hptr(&tg.t, i), TPU_I64, ignore); /* some ignored */
+    hmk1(&w, dt, C, L_CONTIG);
+    hfill(&w, 0.1, 2);
+    if (reduction == 0)
+        hmk1(&lf, dt, N, L_PAD);
+    else
+        hmk(&lf, dt, 0, NULL, L_CONTIG);
+    hclone(&lr, &lf);
+    hmk(&twf, dt, 0, NULL, L_CONTIG);
+    hclone(&twr, &twf);
+    tpu_params p;
+    memset(&p, 0, sizeof p);
+    p.i[0] = reduction;
+    p.i[1] = ignore;
+    int nops = weighted ? 5 : 4;
+    tpu_tensor ops[5] = {lf.t, twf.t, x.t, tg.t, w.t};
+    run(false, TPU_OP_CROSS_ENTROPY, ops, nops, &p, NULL);
+    ops[0] = lr.t;
+    ops[1] = twr.t;
+    run(true, TPU_OP_CROSS_ENTROPY, ops, nops, &p, NULL);
+    hcmp("cross_entropy loss", &lf, &lr, tol(dt), tol(dt) * 1e-2);
+    hcmp("cross_entropy total_weight", &twf, &twr, tol(dt), tol(dt) * 1e-2);
+
+    /* backward, from the logits (i2 0) and from LOG_SOFTMAX's output (i2 1) */
+    if (reduction == 0)
+        hmk1(&go, dt, N, L_PAD);
+    else
+        hmk(&go, dt, 0, NULL, L_CONTIG);
+    hfill(&go, -1, 1.5);
+    hmk(&lp, dt, 2, xs, L_CONTIG);
+    tpu_params sp;
+    memset(&sp, 0, sizeof sp);
+    sp.i[0] = 1;
+    tpu_tensor sops[2] = {lp.t, x.t};
+    run(false, TPU_OP_LOG_SOFTMAX, sops, 2, &sp, NULL);
+    for (int logprobs = 0; logprobs < 2; logprobs++) {
+        hten gf, gr;
+        hmk(&gf, dt, 2, xs, xl ^ L_PERM);
+        hclone(&gr, &gf);
+        tpu_params bp = p;
+        bp.i[2] = logprobs;
+        tpu_tensor bops[6] = {gf.t, go.t, logprobs ? lp.t : x.t, tg.t, twr.t, w.t};
+        run(false, TPU_OP_CROSS_ENTROPY_BWD, bops, nops + 1, &bp, NULL);
+        bops[0] = gr.t;
+        run(true, TPU_OP_CROSS_ENTROPY_BWD, bops, nops + 1, &bp, NULL);
+        hcmp(logprobs ? "cross_entropy grad from log-probabilities" : "cross_entropy grad", &gf, &gr, tol(dt),
+             tol(dt) * 1e-2);
+        if (dt == TPU_F32 && !((xl ^ L_PERM) & L_PERM)) { /* the pair, bit for bit (row-wise outputs) */
+            hten G, gp;
+            hmk(&G, dt, 2, xs, L_CONTIG);
+            hclone(&gp, &gf);
+            tpu_tensor nops_[5] = {G.t, go.t, tg.t, twr.t, w.t};
+            run(false, TPU_OP_NLL_LOSS_BWD, nops_, nops, &p, NULL);
+            tpu_tensor lops[3] = {gp.t, G.t, lp.t};
+            run(false, TPU_OP_LOG_SOFTMAX_BWD, lops, 3, &sp, NULL);
+            int64_t n = hnumel(&gf.t), bad = -1;
+            for (int64_t i = 0; i < n && bad < 0; i++) {
+                float a = (float)hget(&gf, i), b = (float)hget(&gp, i);
+                if (memcmp(&a, &b, sizeof a) != 0) bad = i;
+            }
+            CHECK_MSG(bad < 0, "cross_entropy grad [%s] (logprobs %d) differs from the pair at %lld", case_desc,
+                      logprobs, (long long)bad);
+            hfree(&G);
+            hfree(&gp);
+        }
+        hfree(&gf);
+        hfree(&gr);
+    }
+    if (dt == TPU_F32) { /* forward against the pair */
+        hten lq, twq;
+        hclone(&lq, &lf);
+        hclone(&twq, &twf);
+        tpu_tensor qops[5] = {lq.t, twq.t, lp.t, tg.t, w.t};
+        run(false, TPU_OP_NLL_LOSS, qops, nops, &p, NULL);
+        int64_t n = hnumel(&lf.t);
+        bool same = true;
+        for (int64_t i = 0; i < n; i++) {
+            float a = (float)hget(&lf, i), b = (float)hget(&lq, i);
+            same = same && memcmp(&a, &b, sizeof a) == 0;
+        }
+        CHECK_MSG(same && hget(&twf, 0) == hget(&twq, 0), "cross_entropy loss [%s] differs from the pair", case_desc);
+        hfree(&lq);
+        hfree(&twq);
+    }
+    hten *all[] = {&x, &tg, &w, &lf, &lr, &twf, &twr, &go, &lp};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) hfree(all[i]);
+}
+
+static void test_cross_entropy(void) {
+    static const int64_t Ns[] = {0, 1, 7, 13}, Cs[] = {1, 5, 17, 300};
+    const tpu_dtype dts[] = {TPU_F32, TPU_BF16, TPU_F16};
+    for (size_t di = 0; di < 3; di++)
+        for (size_t ni = 0; ni < sizeof Ns / sizeof Ns[0]; ni++)
+            for (size_t ci = 0; ci < sizeof Cs / sizeof Cs[0]; ci++)
+                for (int red = 0; red < 3; red++)
+                    for (int wt = 0; wt < 2; wt++)
+                        ce_case(dts[di], Ns[ni], Cs[ci], red, wt, (ni + ci) % 2 ? (Cs[ci] > 2 ? 2 : 0) : -100,
+                                (int)((ni + ci + (size_t)red) % 3) == 2 ? L_PAD : (int)((ni + ci + di) % 2));
+    /* float64 is the pair's (CPU reference only): refused at launch */
+    hten x;
+    int64_t xs[2] = {2, 3};
+    hmk(&x, TPU_F64, 2, xs, L_CONTIG);
+    tpu_tensor ops[4] = {x.t, x.t, x.t, x.t};
+    tpu_params p;
+    memset(&p, 0, sizeof p);
+    CHECK(tpu_op_check_dtypes(TPU_OP_CROSS_ENTROPY, ops, 4, &p) == TPU_ERROR_NOT_SUPPORTED);
+    hfree(&x);
 }
 
 /* ================= layer norm ================= */
@@ -1681,6 +1810,7 @@ int main(void) {
     RUN_TEST(test_nll_hand);
     RUN_TEST(test_nll_vs_ref);
     RUN_TEST(test_nll_errors);
+    RUN_TEST(test_cross_entropy);
     RUN_TEST(test_layer_norm_hand);
     RUN_TEST(test_layer_norm_vs_ref);
     RUN_TEST(test_index_hand);

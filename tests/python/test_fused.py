@@ -700,3 +700,113 @@ def test_recomputation_sees_writes_made_while_it_was_off():
         got = prog(True)
     for a, b in zip(ref, got):
         assert torch.equal(a, b)
+
+
+# ---- cross entropy: nll_loss(log_softmax(x)) and its backward rewritten from the logits ----
+
+def _ce_step(N, C, reduction="mean", weighted=False, ignore_index=-100, keep_logits=True, flush_after_forward=False,
+             label_smoothing=0.0, x_layout="contiguous"):
+    g = torch.Generator().manual_seed(0)
+    W = torch.randn(24, C, generator=g).to("tpu").requires_grad_()
+    h = torch.randn(N, 24, generator=g).to("tpu")
+    t = torch.randint(0, C, (N,), generator=g)
+    t[::5] = ignore_index           # some rows ignored
+    t = t.to("tpu")
+    w = torch.rand(C, generator=g).to("tpu") if weighted else None
+    gl = torch.randn(N, generator=g).to("tpu") if reduction == "none" else None
+    torch_tpu.synchronize()
+    torch.tpu.reset_peak_memory_stats()
+    base = torch.tpu.memory_allocated()
+    torch_tpu.reset_fused_stats()
+    logits = h @ W if x_layout == "contiguous" else (W.t() @ h.t()).t()   # the latter: a transposed view
+    loss = torch.nn.functional.cross_entropy(logits, t, weight=w, reduction=reduction, ignore_index=ignore_index,
+                                             label_smoothing=label_smoothing)
+    if not keep_logits:
+        del logits
+    if flush_after_forward:
+        loss.sum().item()
+    loss.backward(gl)
+    torch_tpu.synchronize()
+    st = torch_tpu.fused_stats()
+    return (loss.detach().cpu(), W.grad.cpu(), torch.tpu.max_memory_allocated() - base, st)
+
+
+def _same_bits(a, b):
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a.view(torch.int32), b.view(torch.int32))
+
+
+_CE_CASES = [dict(), dict(reduction="sum"), dict(reduction="none"), dict(weighted=True),
+             dict(weighted=True, reduction="none"), dict(ignore_index=3), dict(keep_logits=False),
+             dict(flush_after_forward=True), dict(label_smoothing=0.1), dict(x_layout="transposed"), dict(C=1),
+             dict(N=1)]
+
+
+@pytest.mark.parametrize("case", _CE_CASES, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()) or "default")
+def test_cross_entropy_rewrite_equals_strict_bit_for_bit(case):
+    """Fused Eager records nll_loss(log_softmax(x)) as one cross entropy from the logits, and its
+    backward likewise, so the [N, C] log-probabilities and their gradient need no memory; the
+    results are Strict's bit for bit, whether or not the rewrite applies."""
+    kw = dict(N=37, C=300)
+    kw.update(case)
+    ls, gs, _, _ = run_in("strict", lambda: _ce_step(**kw))
+    lf, gf, _, st = run_in("fused", lambda: _ce_step(**kw))
+    assert _same_bits(ls, lf) and _same_bits(gs, gf)      # (N=1: every row ignored, a NaN mean)
+    # label smoothing adds a term over the log-probabilities: its backward's gradient is a sum, not
+    # nll_loss_backward's (the forward is still rewritten); a transposed x is still row-wise for log_softmax
+    rewrites = 1 if kw.get("label_smoothing") else 2
+    assert st["ops_rewritten"] >= rewrites, st
+    if rewrites == 2 and not kw.get("flush_after_forward") and kw.get("keep_logits", True):
+        assert st["kernels_dropped"] == 2, st   # log_softmax and nll_loss_backward never ran
+
+
+def test_cross_entropy_rewrite_lowers_the_peak():
+    """With the logits kept (as a Hugging Face model's output keeps them), Strict holds the
+    logits, the log-probabilities, their gradient and the logits' gradient at the backward's
+    peak; Fused holds the logits and the logits' gradient."""
+    N, C = 64, 4096
+    nc = N * C * 4
+    _, _, peak_s, _ = run_in("strict", _ce_step, N, C)
+    _, _, peak_f, st = run_in("fused", _ce_step, N, C)
+    assert peak_s >= 4 * nc and peak_f <= 2 * nc + (1 << 20), (peak_s, peak_f)
+    assert st["bytes_never_materialized"] >= 2 * nc
+
+
+def test_cross_entropy_rewrite_with_the_transformers_loss():
+    from transformers.loss.loss_utils import ForCausalLMLoss
+
+    def step():
+        g = torch.Generator().manual_seed(0)
+        W = torch.randn(16, 500, generator=g).to("tpu").requires_grad_()
+        h = torch.randn(2, 9, 16, generator=g).to("tpu")
+        labels = torch.randint(0, 500, (2, 9), generator=g)
+        labels[0, :3] = -100
+        labels = labels.to("tpu")
+        torch_tpu.synchronize()
+        torch_tpu.reset_fused_stats()
+        logits = h @ W                       # kept, as the model's output keeps them
+        loss = ForCausalLMLoss(logits, labels, 500)
+        loss.backward()
+        torch_tpu.synchronize()
+        return loss.detach().cpu(), W.grad.cpu(), torch_tpu.fused_stats()
+
+    ls, gs, _ = run_in("strict", step)
+    lf, gf, st = run_in("fused", step)
+    assert _same_bits(ls, lf) and _same_bits(gs, gf)
+    assert st["ops_rewritten"] == 2 and st["kernels_dropped"] == 2, st
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_cross_entropy_bad_target_raises_as_in_strict(mode):
+    with torch_tpu.eager_mode(mode):
+        W = torch.randn(8, 10, device="tpu", requires_grad=True)
+        h = torch.randn(4, 8, device="tpu")
+        t = torch.tensor([1, 2, 10, 3], device="tpu")
+        loss = torch.nn.functional.cross_entropy(h @ W, t)
+        with pytest.raises((RuntimeError, IndexError), match="Target 10 is out of bounds"):
+            loss.backward()
+            torch_tpu.synchronize()
+        t = torch.tensor([1, 2, 9, 3], device="tpu")
+        loss = torch.nn.functional.cross_entropy(h @ W, t)        # the device keeps working
+        loss.backward()
+        ref = torch.nn.functional.cross_entropy(h.cpu() @ W.detach().cpu(), t.cpu())
+        assert loss.item() == pytest.approx(ref.item(), rel=1e-5)

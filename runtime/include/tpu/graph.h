@@ -72,6 +72,8 @@ typedef struct tpu_fused_stats {
     uint64_t groups_by_table;                /* fused groups run as lookup tables (tpu_set_fused_tables) */
     uint64_t remat_reads;                    /* operands read from a recomputed copy (tpu_set_fused_remat) */
     uint64_t remat_ops;                      /* launches recorded again to recompute them */
+    uint64_t ops_rewritten;                  /* launches recorded as a cheaper one (cross entropy from its pair) */
+    uint64_t kernels_dropped;                /* kernel nodes not run: nothing read their results */
 } tpu_fused_stats;
 void tpu_fused_get_stats(tpu_fused_stats *out);
 void tpu_fused_reset_stats(void);

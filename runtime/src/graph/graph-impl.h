@@ -79,6 +79,15 @@ bool tpu_graph_add_freed(tpu_graph *g, void *base, size_t bytes, bool fresh);
 /* Whether a node of the graph writes the storage at `base`. */
 bool tpu_graph_writes(const tpu_graph *g, const void *base);
 
+/* Whether launch a, about to be appended to g, runs as a cheaper launch over
+ * values g already holds (rewrite.c: cross entropy from its log_softmax and
+ * nll_loss pair); if so *out is that launch, to record in a's place (frees
+ * of what it reads that were noted since are moved after it). */
+bool tpu_graph_rewrite(tpu_graph *g, const tpu_kargs *a, tpu_kargs *out);
+/* Whether a's kernel only computes its output from its inputs, so the
+ * planner drops the node when nothing reads its result (rewrite.c). */
+bool tpu_graph_droppable(const tpu_kargs *a);
+
 /* A compiled graph: steps ready to run. */
 typedef struct tpu_gprog tpu_gprog;
 
@@ -87,7 +96,8 @@ typedef struct tpu_gprog_info {
     int steps;            /* steps run (groups + single nodes) */
     int groups;           /* fused groups of two nodes or more */
     int fused_nodes;      /* nodes inside those groups */
-    int64_t dead_results; /* node results never stored (dead intermediates) */
+    int64_t dead_results; /* node results never stored (dead intermediates, dropped kernels included) */
+    int dropped;          /* kernel nodes not run: nothing reads their results (tpu_graph_droppable) */
     int table_groups;     /* of the groups, those run as lookup tables (interp.c) */
     bool cache_hit;       /* the plan came from the plan cache (no analysis) */
 } tpu_gprog_info;

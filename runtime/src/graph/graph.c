@@ -871,6 +871,19 @@ static bool value_needed(liveness *L, const void *base, int i, int g) {
     return false;
 }
 
+/* Whether the storage node i writes at `base` is read by a later node
+ * before it is freed (or is never freed in the graph). */
+static bool value_read(liveness *L, const void *base, int i) {
+    touches *t = live_of(L, base, false);
+    int f = -1;
+    for (int k = 0; t && k < t->nf && f < 0; k++)
+        if (t->fpos[k] > i) f = t->fpos[k];
+    if (f < 0) return true;
+    for (int k = 0; k < t->n; k++)
+        if (t->pos[k] > i && t->pos[k] < f) return true;
+    return false;
+}
+
 /* Decide which results of group g reach memory: the last write of each
  * storage inside the group, if its value is needed (value_needed). */
 static void decide_stores(gbuild *b, int g, liveness *L) {
@@ -1061,10 +1074,10 @@ static tpu_gprog *plan_fresh(const tpu_graph *gr) {
         if (g >= 0 && pl.groups[g].n > 1 && pl.groups[g].pos != i) continue; /* runs with its group */
         gr_step *s = &p->steps[p->nsteps];
         if (g >= 0 && pl.groups[g].n > 1) {
-            *s = (gr_step){norder, pl.groups[g].n, -2 - g}; /* (planner group, resolved below) */
+            *s = (gr_step){norder, pl.groups[g].n, -2 - g, false}; /* (planner group, resolved below) */
             for (int m = 0; m < pl.groups[g].n; m++) p->order[norder++] = pl.groups[g].members[m];
         } else {
-            *s = (gr_step){norder, 1, -1};
+            *s = (gr_step){norder, 1, -1, false};
             p->order[norder++] = i;
         }
         for (int m = s->first; m < s->first + s->count; m++) p->node_step[p->order[m]] = p->nsteps;
@@ -1082,7 +1095,14 @@ static tpu_gprog *plan_fresh(const tpu_graph *gr) {
     for (int st = 0; st < p->nsteps; st++) {
         gr_step *s = &p->steps[st];
         for (int m = s->first; m < s->first + s->count; m++) p->node_store[p->order[m]] = 1;
-        if (s->group == -1) continue;
+        if (s->group == -1) {
+            const tpu_kargs *a = &gr->nodes[p->order[s->first]];
+            s->dropped = tpu_graph_droppable(a) && !value_read(&L, a->t[0].base, p->order[s->first]);
+            p->node_store[p->order[s->first]] = !s->dropped;
+            p->info.dropped += s->dropped;
+            p->info.dead_results += s->dropped;
+            continue;
+        }
         build_reset(&b);
         for (int m = s->first; m < s->first + s->count; m++) try_join(&b, p->order[m], &par[p->order[m]]);
         if (b.nops != s->count) goto oom; /* (the shared map ran full: cannot happen at 16 keys per node) */
@@ -1417,6 +1437,7 @@ tpu_status tpu_gprog_run(tpu_gprog *p, char *err, size_t errlen) {
             }
             continue;
         }
+        if (s->dropped) continue;
         tpu_kargs *a = &p->nodes[p->order[s->first]];
         a->err[0] = 0;
         tpu_status ks = tpu_kernel_run(a);
@@ -1436,7 +1457,10 @@ void tpu_gprog_dump(const tpu_gprog *p, FILE *f) {
         const gr_step *s = &p->steps[p->node_step[i]];
         fprintf(f, "  %4d %-18s %-8s [", i, tpu_op_name(a->op), tpu_dtype_name((tpu_dtype)a->t[0].dtype));
         for (int d = 0; d < a->t[0].ndim; d++) fprintf(f, d ? ", %lld" : "%lld", (long long)a->t[0].sizes[d]);
-        fprintf(f, "]  step %d %s %s\n", p->node_step[i], s->group >= 0 ? "fused" : "kernel",
+        fprintf(f, "]  step %d %s %s\n", p->node_step[i],
+                s->group >= 0 ? "fused"
+                : s->dropped  ? "dropped"
+                              : "kernel",
                 p->node_store[i] ? "stored" : "dead");
     }
 }

@@ -61,6 +61,7 @@ typedef struct gr_group {
  * in the order of the array: a group where its first node was recorded. */
 typedef struct gr_step {
     int first, count, group;
+    bool dropped; /* one node whose results nothing reads (tpu_graph_droppable): not run */
 } gr_step;
 
 struct tpu_gprog {

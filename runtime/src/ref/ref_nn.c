@@ -110,9 +110,75 @@ tpu_status tpu_ref_softmax(tpu_kargs *a) {
     return TPU_OK;
 }
 
+/* ---- cross entropy: log-probabilities in double from the logits ---- */
+
+static tpu_status ref_cross_entropy(tpu_kargs *a) {
+    bool fwd = a->op == TPU_OP_CROSS_ENTROPY;
+    const tpu_tensor *x = &a->t[2];
+    const tpu_tensor *tg = &a->t[3];
+    const tpu_tensor *w = a->n == (fwd ? 5 : 6) ? &a->t[fwd ? 4 : 5] : NULL;
+    tpu_args_CROSS_ENTROPY q = tpu_unpack_CROSS_ENTROPY(&a->p); /* CROSS_ENTROPY_BWD: the same columns */
+    int64_t reduction = q.reduction, ignore = q.ignore_index;
+    if (x->is_scalar || x->ndim != 2) return tpu_kernel_fail(a, "%s: input must be 2-d", tpu_op_name(a->op));
+    int64_t N = x->sizes[0], C = x->sizes[1], idx[2], z[1] = {0};
+    for (int64_t n = 0; n < N; n++) {
+        int64_t ti[1] = {n};
+        int64_t t = tpu_load_i64(ref_ptr(tg, ref_off(tg, ti)), (tpu_dtype)tg->dtype);
+        if (t != ignore && (t < 0 || t >= C)) return tpu_kernel_fail(a, "Target %lld is out of bounds.", (long long)t);
+    }
+    double total = 0, tw = 0, gs = 0;
+    if (!fwd && reduction != 0) {
+        gs = ref_get(&a->t[1], z);
+        if (reduction == 1) gs /= ref_get(&a->t[4], z);
+    }
+    for (int64_t n = 0; n < N; n++) {
+        int64_t ti[1] = {n};
+        int64_t t = tpu_load_i64(ref_ptr(tg, ref_off(tg, ti)), (tpu_dtype)tg->dtype);
+        double m = -INFINITY, sum = 0;
+        idx[0] = n;
+        for (int64_t c = 0; c < C; c++) {
+            idx[1] = c;
+            double v = ref_get(x, idx);
+            m = v > m ? v : m;
+        }
+        for (int64_t c = 0; c < C; c++) {
+            idx[1] = c;
+            sum += exp(ref_get(x, idx) - m);
+        }
+        double lse = !fwd && tpu_unpack_CROSS_ENTROPY_BWD(&a->p).logprobs ? 0.0 : m + log(sum),
+               wt = t == ignore ? 0.0 : (w ? ref_linear(w, t) : 1.0);
+        if (fwd) {
+            double l = 0;
+            if (t != ignore) {
+                idx[1] = t;
+                l = -wt * (ref_get(x, idx) - lse);
+            }
+            if (reduction == 0)
+                ref_set(&a->t[0], ti, l);
+            else
+                total += l, tw += wt;
+            continue;
+        }
+        /* d/dx_c of -w_t g log p_t = w_t g (p_c - [c == t]) */
+        double g = reduction == 0 ? ref_get(&a->t[1], ti) : gs,
+               k = t == ignore ? 0.0 : wt * g; /* (an ignored row: 0) */
+        for (int64_t c = 0; c < C; c++) {
+            idx[1] = c;
+            double p = exp(ref_get(x, idx) - lse);
+            ref_set(&a->t[0], idx, k * (p - (c == t ? 1.0 : 0.0)));
+        }
+    }
+    if (fwd) {
+        if (reduction != 0) ref_set(&a->t[0], z, reduction == 1 ? total / tw : total);
+        ref_set(&a->t[1], z, reduction == 0 ? 0.0 : tw);
+    }
+    return TPU_OK;
+}
+
 /* ---- nll loss ---- */
 
 tpu_status tpu_ref_loss(tpu_kargs *a) {
+    if (a->op == TPU_OP_CROSS_ENTROPY || a->op == TPU_OP_CROSS_ENTROPY_BWD) return ref_cross_entropy(a);
     bool fwd = a->op == TPU_OP_NLL_LOSS;
     const tpu_tensor *x = fwd ? &a->t[2] : &a->t[0]; /* x, or grad_x (same shape) */
     const tpu_tensor *tg = fwd ? &a->t[3] : &a->t[2];

@@ -25,7 +25,7 @@
 
 static _Atomic uint64_t st_flushes[TPU_FLUSH_CAUSE_COUNT];
 static _Atomic uint64_t st_recorded, st_fused, st_groups, st_kernels, st_dead, st_never_bytes, st_hits, st_misses,
-    st_tables;
+    st_tables, st_rewritten, st_dropped;
 
 static const char *const cause_names[TPU_FLUSH_CAUSE_COUNT] = {
     "synchronize", "query",  "copy",     "event",        "stream_wait",  "callback",  "mode_switch",
@@ -46,6 +46,8 @@ void tpu_fused_get_stats(tpu_fused_stats *out) {
     out->plan_cache_hits = atomic_load(&st_hits);
     out->plan_cache_misses = atomic_load(&st_misses);
     out->groups_by_table = atomic_load(&st_tables);
+    out->ops_rewritten = atomic_load(&st_rewritten);
+    out->kernels_dropped = atomic_load(&st_dropped);
     tpu_remat_get_stats(&out->remat_reads, &out->remat_ops);
 }
 
@@ -60,6 +62,8 @@ void tpu_fused_reset_stats(void) {
     atomic_store(&st_hits, 0);
     atomic_store(&st_misses, 0);
     atomic_store(&st_tables, 0);
+    atomic_store(&st_rewritten, 0);
+    atomic_store(&st_dropped, 0);
     tpu_remat_reset_stats();
 }
 
@@ -144,18 +148,22 @@ tpu_status tpu_window_record(tpu_stream_t s, const tpu_kargs *a) {
             if (tpu_remat_emit(w, &rp, shost, &red)) rec = &red;
         }
     }
+    tpu_kargs rw; /* a as a cheaper launch over what the window holds (graph/rewrite.c) */
+    bool redirected = rec != a, rewritten = tpu_graph_rewrite(&w->g, rec, &rw);
+    if (rewritten) rec = &rw;
     tpu_kargs *node = tpu_graph_append(&w->g, rec);
     if (!node) {
         pthread_mutex_unlock(&w->mu);
         for (int j = 0; j < nscratch; j++) tpu_free(sdev[j]);
         return tpu_set_error(TPU_ERROR_OUT_OF_MEMORY, "out of host memory recording %s", tpu_op_name(a->op));
     }
-    tpu_remat_recorded(w, a, w->g.n - 1, rec != a);
-    bool fuses = may_fuse(a);
-    for (int k = 0; k < tpu_op_infos[a->op].nout && k < a->n; k++) {
-        if (a->t[k].is_scalar) continue;
-        w->bytes += (size_t)tpu_tensor_numel(&a->t[k]) * tpu_dtype_size((tpu_dtype)a->t[k].dtype);
-        if (!fuses) tpu_rmap_put(&w->kw, a->t[k].base, 1); /* (no host memory: its free will not bind it) */
+    tpu_remat_recorded(w, rewritten ? rec : a, w->g.n - 1, redirected);
+    /* (a kernel the planner may drop is not bound at its free: the plan stores its result if it runs) */
+    bool fuses = may_fuse(rec) || tpu_graph_droppable(rec);
+    for (int k = 0; k < tpu_op_infos[rec->op].nout && k < rec->n; k++) {
+        if (rec->t[k].is_scalar) continue;
+        w->bytes += (size_t)tpu_tensor_numel(&rec->t[k]) * tpu_dtype_size((tpu_dtype)rec->t[k].dtype);
+        if (!fuses) tpu_rmap_put(&w->kw, rec->t[k].base, 1); /* (no host memory: its free will not bind it) */
     }
     int n = w->g.n;
     size_t bytes = w->bytes;
@@ -163,6 +171,7 @@ tpu_status tpu_window_record(tpu_stream_t s, const tpu_kargs *a) {
     pthread_mutex_unlock(&w->mu);
     for (int j = 0; j < nscratch; j++) tpu_free(sdev[j]); /* read by the launch only: dead after it */
     atomic_fetch_add_explicit(&st_recorded, 1, memory_order_relaxed);
+    if (rewritten) atomic_fetch_add_explicit(&st_rewritten, 1, memory_order_relaxed);
     if (n >= TPU_WINDOW_MAX_OPS) return tpu_window_flush(s, TPU_FLUSH_WINDOW_FULL);
     if (bytes >= TPU_WINDOW_BYTES_PER_CHIP * tpu_config_get(NULL)->hbm_bytes)
         return tpu_window_flush(s, TPU_FLUSH_WINDOW_BYTES);
@@ -211,7 +220,8 @@ tpu_status tpu_window_flush(tpu_stream_t s, tpu_flush_cause cause) {
     atomic_fetch_add(&st_flushes[cause], 1);
     atomic_fetch_add(&st_fused, (uint64_t)info.fused_nodes);
     atomic_fetch_add(&st_groups, (uint64_t)info.groups);
-    atomic_fetch_add(&st_kernels, (uint64_t)(info.steps - info.groups));
+    atomic_fetch_add(&st_kernels, (uint64_t)(info.steps - info.groups - info.dropped));
+    atomic_fetch_add(&st_dropped, (uint64_t)info.dropped);
     atomic_fetch_add(&st_dead, (uint64_t)info.dead_results);
     atomic_fetch_add(&st_tables, (uint64_t)info.table_groups);
     atomic_fetch_add(info.cache_hit ? &st_hits : &st_misses, 1);
