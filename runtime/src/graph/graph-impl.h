@@ -78,6 +78,11 @@ tpu_kargs *tpu_graph_append(tpu_graph *g, const tpu_kargs *a);
 bool tpu_graph_add_freed(tpu_graph *g, void *base, size_t bytes, bool fresh);
 /* Whether a node of the graph writes the storage at `base`. */
 bool tpu_graph_writes(const tpu_graph *g, const void *base);
+/* Which output of launch a views the storage at `base` (-1: none). */
+int tpu_gr_output_at(const tpu_kargs *a, const void *base);
+/* Whether two views hold the same elements in the same order (a size-1
+ * dim's stride addresses nothing). */
+bool tpu_gr_same_view(const tpu_tensor *a, const tpu_tensor *b);
 
 /* Whether launch a, about to be appended to g, runs as a cheaper launch over
  * values g already holds (rewrite.c: cross entropy from its log_softmax and

@@ -276,13 +276,16 @@ bool tpu_graph_add_freed(tpu_graph *g, void *base, size_t bytes, bool fresh) {
     return true;
 }
 
+int tpu_gr_output_at(const tpu_kargs *a, const void *base) {
+    int nout = tpu_op_infos[a->op].nout;
+    for (int k = 0; k < nout && k < a->n; k++)
+        if (!a->t[k].is_scalar && a->t[k].base == base) return k;
+    return -1;
+}
+
 bool tpu_graph_writes(const tpu_graph *g, const void *base) {
-    for (int i = 0; i < g->n; i++) {
-        const tpu_kargs *a = &g->nodes[i];
-        int nout = tpu_op_infos[a->op].nout;
-        for (int k = 0; k < nout && k < a->n; k++)
-            if (!a->t[k].is_scalar && a->t[k].base == base) return true;
-    }
+    for (int i = 0; i < g->n; i++)
+        if (tpu_gr_output_at(&g->nodes[i], base) >= 0) return true;
     return false;
 }
 
@@ -343,8 +346,7 @@ static bool pair_put(pairmap *m, int gid, const void *k, int v) {
 
 /* ---- grouping ---- */
 
-/* The same elements in the same order (a size-1 dim's stride addresses nothing). */
-static bool same_view(const tpu_tensor *a, const tpu_tensor *b) {
+bool tpu_gr_same_view(const tpu_tensor *a, const tpu_tensor *b) {
     if (a->base != b->base || a->offset != b->offset || a->dtype != b->dtype || a->ndim != b->ndim) return false;
     for (int d = 0; d < a->ndim; d++)
         if (a->sizes[d] != b->sizes[d] || (a->strides[d] != b->strides[d] && a->sizes[d] != 1)) return false;
@@ -519,7 +521,7 @@ static bool build_reserve(gbuild *b) {
 
 static int find_ent(const gbuild *b, const tpu_tensor *t) {
     for (int e = pair_get(b->map, b->gid, t->base, -1); e >= 0; e = b->ent[e].next)
-        if (same_view(b->ent[e].view, t)) return e;
+        if (tpu_gr_same_view(b->ent[e].view, t)) return e;
     return -1;
 }
 
@@ -576,7 +578,7 @@ static bool base_written(const gbuild *b, const void *base) {
 /* Whether every view of `base` the group touched is `v`. */
 static bool base_only_view(const gbuild *b, const tpu_tensor *v) {
     for (int e = pair_get(b->map, b->gid, v->base, -1); e >= 0; e = b->ent[e].next)
-        if (!same_view(b->ent[e].view, v)) return false;
+        if (!tpu_gr_same_view(b->ent[e].view, v)) return false;
     return true;
 }
 
@@ -619,7 +621,7 @@ static bool try_join(gbuild *b, int i, const tpu_ew_par *par) {
         if (t->is_scalar || e >= 0) continue;
         if (base_written(b, t->base)) return false; /* another view of a result */
         for (int k = 0; k < nout; k++)
-            if (t->base == a->t[k].base && (k > 0 || !same_view(t, o))) return false; /* partly in place */
+            if (t->base == a->t[k].base && (k > 0 || !tpu_gr_same_view(t, o))) return false; /* partly in place */
         newloads++;
     }
     for (int k = 0; k < nout; k++)

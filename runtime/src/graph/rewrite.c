@@ -29,28 +29,17 @@
 #include "graph/graph-impl.h"
 #include <string.h>
 
-/* The last node writing storage `base`, and which operand (-1: none). */
+/* The last node writing storage `base`, and which output (-1: none). */
 static int last_writer(const tpu_graph *g, const void *base, int *k_out) {
-    for (int i = g->n - 1; i >= 0; i--) {
-        const tpu_kargs *a = &g->nodes[i];
-        int nout = tpu_op_infos[a->op].nout;
-        for (int k = 0; k < nout && k < a->n; k++)
-            if (!a->t[k].is_scalar && a->t[k].base == base) {
-                *k_out = k;
-                return i;
-            }
-    }
+    for (int i = g->n - 1; i >= 0; i--)
+        if ((*k_out = tpu_gr_output_at(&g->nodes[i], base)) >= 0) return i;
     return -1;
 }
 
 /* Whether storage `base` was written by a node after node `from`. */
 static bool written_since(const tpu_graph *g, const void *base, int from) {
-    for (int i = from + 1; i < g->n; i++) {
-        const tpu_kargs *a = &g->nodes[i];
-        int nout = tpu_op_infos[a->op].nout;
-        for (int k = 0; k < nout && k < a->n; k++)
-            if (!a->t[k].is_scalar && a->t[k].base == base) return true;
-    }
+    for (int i = from + 1; i < g->n; i++)
+        if (tpu_gr_output_at(&g->nodes[i], base) >= 0) return true;
     return false;
 }
 
@@ -74,15 +63,6 @@ static void hold_until_next(tpu_graph *g, const void *base, int from) {
         if (g->freed[f] == base && g->freed_at[f] > from) g->freed_at[f] = g->n + 1;
 }
 
-static bool same_view(const tpu_tensor *a, const tpu_tensor *b) {
-    if (a->is_scalar || b->is_scalar || a->base != b->base || a->offset != b->offset || a->dtype != b->dtype ||
-        a->ndim != b->ndim)
-        return false;
-    for (int d = 0; d < a->ndim; d++)
-        if (a->sizes[d] != b->sizes[d] || a->strides[d] != b->strides[d]) return false;
-    return true;
-}
-
 static bool f32_rows(const tpu_tensor *t) { return !t->is_scalar && t->ndim == 2 && t->dtype == TPU_F32; }
 
 /* An output the softmax kernel computes row by row (its line loop, not the
@@ -94,7 +74,7 @@ static bool unit_rows(const tpu_tensor *t) { return t->strides[1] == 1 || t->siz
  * `freed_ok` (-1: none). */
 static int producer(const tpu_graph *g, const tpu_tensor *v, tpu_op op, int k0, bool freed_ok) {
     int k, i = v->is_scalar ? -1 : last_writer(g, v->base, &k);
-    if (i < 0 || g->nodes[i].op != op || k != 0 || !same_view(&g->nodes[i].t[0], v)) return -1;
+    if (i < 0 || g->nodes[i].op != op || k != 0 || !tpu_gr_same_view(&g->nodes[i].t[0], v)) return -1;
     const tpu_kargs *p = &g->nodes[i];
     for (int m = k0; m < p->n; m++)
         if (!p->t[m].is_scalar && p->t[m].base &&

@@ -270,8 +270,7 @@ static void ce_bwd_rows(void *ctx, int64_t b, int64_t e) {
         if (t != c->ignore) {
             double gn = c->gout_rows ? ld(c->gout_rows, n * c->gout_rows->strides[0]) : c->g;
             double v = -gn * (c->w ? ld(c->w, t) : 1.0);
-            float f; /* the value as grad_x's dtype holds it */
-            tpu_store_f64(&f, TPU_F32, v);
+            float f = (float)v; /* the value as grad_x's dtype holds it */
             if (gx->dtype != TPU_F32) {
                 uint16_t h;
                 tpu_store_f64(&h, (tpu_dtype)gx->dtype, v);
