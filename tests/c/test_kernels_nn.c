@@ -211,6 +211,22 @@ static void test_softmax_hand(void) {
 
 /* ================= nll loss ================= */
 
+/* A loss's outputs, fast (f) and reference (r): per-sample losses of n rows
+ * when per_sample, else 0-dim, and the 0-dim total weight; its parameters. */
+static void loss_outputs(tpu_dtype dt, bool per_sample, int64_t n, int reduction, int64_t ignore, hten *lf, hten *lr,
+                         hten *twf, hten *twr, tpu_params *p) {
+    if (per_sample)
+        hmk1(lf, dt, n, L_PAD);
+    else
+        hmk(lf, dt, 0, NULL, L_CONTIG);
+    hclone(lr, lf);
+    hmk(twf, dt, 0, NULL, L_CONTIG);
+    hclone(twr, twf);
+    memset(p, 0, sizeof *p);
+    p->i[0] = reduction;
+    p->i[1] = ignore;
+}
+
 /* N < 0: 1-d x of C classes, 0-dim target */
 static void nll_case(tpu_dtype dt, int64_t N, int64_t C, int reduction, bool weighted, int64_t ignore, int xl) {
     snprintf(case_desc, sizeof case_desc, "nll %s N %lld C %lld reduction %d weight %d ignore %lld layout %d",
@@ -232,18 +248,9 @@ static void nll_case(tpu_dtype dt, int64_t N, int64_t C, int reduction, bool wei
     hmk1(&w, dt, C, L_CONTIG);
     hfill(&w, 0.1, 2);
     bool per_sample = reduction == 0 && two;
-    if (per_sample)
-        hmk1(&lf, dt, n, L_PAD);
-    else
-        hmk(&lf, dt, 0, NULL, L_CONTIG);
-    hclone(&lr, &lf);
-    hmk(&twf, dt, 0, NULL, L_CONTIG);
-    hclone(&twr, &twf);
-    tpu_tensor ops[5] = {lf.t, twf.t, x.t, tg.t, w.t};
     tpu_params p;
-    memset(&p, 0, sizeof p);
-    p.i[0] = reduction;
-    p.i[1] = ignore;
+    loss_outputs(dt, per_sample, n, reduction, ignore, &lf, &lr, &twf, &twr, &p);
+    tpu_tensor ops[5] = {lf.t, twf.t, x.t, tg.t, w.t};
     int nops = weighted ? 5 : 4;
     run(false, TPU_OP_NLL_LOSS, ops, nops, &p, NULL);
     ops[0] = lr.t;
@@ -408,17 +415,8 @@ static void ce_case(tpu_dtype dt, int64_t N, int64_t C, int reduction, bool weig
     for (int64_t i = 1; i < N; i += 4) tpu_store_i64(hptr(&tg.t, i), TPU_I64, ignore); /* some ignored */
     hmk1(&w, dt, C, L_CONTIG);
     hfill(&w, 0.1, 2);
-    if (reduction == 0)
-        hmk1(&lf, dt, N, L_PAD);
-    else
-        hmk(&lf, dt, 0, NULL, L_CONTIG);
-    hclone(&lr, &lf);
-    hmk(&twf, dt, 0, NULL, L_CONTIG);
-    hclone(&twr, &twf);
     tpu_params p;
-    memset(&p, 0, sizeof p);
-    p.i[0] = reduction;
-    p.i[1] = ignore;
+    loss_outputs(dt, reduction == 0, N, reduction, ignore, &lf, &lr, &twf, &twr, &p);
     int nops = weighted ? 5 : 4;
     tpu_tensor ops[5] = {lf.t, twf.t, x.t, tg.t, w.t};
     run(false, TPU_OP_CROSS_ENTROPY, ops, nops, &p, NULL);
